@@ -1,0 +1,47 @@
+#include "moe/core/float_convert.h"
+
+#include <cstring>
+
+#include "moe/core/check.h"
+
+namespace moe {
+
+void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t n) {
+  switch (src_dtype) {
+    case DType::F32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::BF16:
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
+      return;
+    case DType::F16:
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(static_cast<const uint16_t*>(src)[i]);
+      return;
+    case DType::F8_E4M3:
+      for (size_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(static_cast<const uint8_t*>(src)[i]);
+      return;
+    default:
+      MOE_FAIL("cannot convert {} to F32: not a float dtype", dtype_name(src_dtype));
+  }
+}
+
+void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t n) {
+  switch (dst_dtype) {
+    case DType::F32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::BF16:
+      for (size_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
+      return;
+    case DType::F16:
+      for (size_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
+      return;
+    case DType::F8_E4M3:
+      for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(dst)[i] = f32_to_fp8_e4m3(src[i]);
+      return;
+    default:
+      MOE_FAIL("cannot convert F32 to {}: not a float dtype", dtype_name(dst_dtype));
+  }
+}
+
+}  // namespace moe
