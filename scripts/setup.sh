@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need on Debian 12, only what is missing (idempotent). Run as root
+# (or with sudo available). The CUDA toolkit is optional and never installed here: where nvcc exists under
+# /usr/local/cuda, the build adds the CUDA backend.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build git pkg-config
+  nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,17 @@
+#pragma once
+// Subcommands of the `moe` tool. Each registers its options on the CLI11 app and returns the function that
+// runs it once the command line is parsed.
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace moe::cli {
+
+using Run = std::function<void()>;
+
+Run add_layer_command(CLI::App& app);
+Run add_demo_command(CLI::App& app);
+Run add_info_command(CLI::App& app);
+
+}  // namespace moe::cli

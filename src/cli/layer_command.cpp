@@ -1,0 +1,70 @@
+// moe layer: runs one MoE block of a HuggingFace checkpoint on hidden states from a safetensors file.
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "commands.h"
+#include "moe/core/checkpoint.h"
+#include "moe/core/safetensors.h"
+#include "moe/layer/moe_layer.h"
+
+namespace moe::cli {
+
+namespace {
+
+struct LayerArgs {
+  std::string config, weights, input, output, prefix, stats;
+  std::string paradigm = "contiguous", overflow = "drop", backend = "cpu";
+  double capacity_factor = 1.0;
+};
+
+void run_layer(const LayerArgs& a) {
+  const MoeConfig config = load_moe_config(a.config);
+  const Checkpoint checkpoint = Checkpoint::open(a.weights);
+  LayerOptions options{.paradigm = a.paradigm == "padded" ? Paradigm::padded : Paradigm::contiguous,
+                       .capacity_factor = a.capacity_factor,
+                       .overflow = a.overflow == "renormalize" ? OverflowPolicy::renormalize : OverflowPolicy::drop,
+                       .backend = Backend::cpu};
+  MoeLayer layer(config, load_moe_weights(checkpoint, a.prefix, config), options);
+
+  const SafetensorsFile input = SafetensorsFile::open(a.input);
+  MOE_CHECK(input.contains("hidden_states"), "input file '{}' has no tensor 'hidden_states' (it must hold [T, H])",
+            a.input);
+  const LayerOutput out = layer.forward(input.get("hidden_states"));
+
+  write_safetensors(a.output, {{"hidden_states", out.hidden_states},
+                               {"topk_ids", out.topk.ids},
+                               {"topk_weights", out.topk.weights}});
+  if (!a.stats.empty()) {
+    std::ofstream file(a.stats);
+    file << routing::to_json(out.stats).dump(2) << "\n";
+    MOE_CHECK(file.good(), "cannot write the stats file '{}'", a.stats);
+  }
+}
+
+}  // namespace
+
+Run add_layer_command(CLI::App& app) {
+  auto args = std::make_shared<LayerArgs>();
+  CLI::App* cmd = app.add_subcommand("layer", "Run one MoE block of a HuggingFace checkpoint on hidden states");
+  cmd->add_option("--config", args->config, "HuggingFace config.json")->required();
+  cmd->add_option("--weights", args->weights,
+                  "safetensors file, or a checkpoint directory (sharded with model.safetensors.index.json)")
+      ->required();
+  cmd->add_option("--input", args->input, "safetensors file with hidden_states [T, H] (F32, BF16 or F16)")
+      ->required();
+  cmd->add_option("--output", args->output, "safetensors file to write hidden_states, topk_ids, topk_weights")
+      ->required();
+  cmd->add_option("--prefix", args->prefix, "name prefix of the block inside a full checkpoint, e.g. model.layers.7.mlp.");
+  cmd->add_option("--paradigm", args->paradigm, "contiguous (permute/grouped GEMM/unpermute) or padded (capacity)")
+      ->check(CLI::IsMember({"contiguous", "padded"}));
+  cmd->add_option("--capacity-factor", args->capacity_factor, "padded: rows per expert = ceil(F * T * k / E)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--overflow", args->overflow, "padded: what happens to pairs beyond capacity")
+      ->check(CLI::IsMember({"drop", "renormalize"}));
+  cmd->add_option("--stats", args->stats, "write per-expert load statistics as JSON");
+  cmd->add_option("--backend", args->backend, "compute backend")->check(CLI::IsMember({"cpu"}));
+  return [args] { run_layer(*args); };
+}
+
+}  // namespace moe::cli
