@@ -1,0 +1,103 @@
+#pragma once
+// CUDA ops of the MoE layer, one file each under src/cuda/ (same names as the CPU ops). Launchers take
+// device pointers and a stream, never synchronise, and read data-dependent sizes (expert counts, tile
+// counts) on the device only, so that a whole forward can be captured in a CUDA graph.
+// bf16 data is passed as __nv_bfloat16 on the device; host code sees it through these opaque pointers.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "moe/routing/router.h"
+
+namespace moe::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- router.cu -------------------------------------------------------------------------------------
+// Scores + top-k of every routing method, one warp per token, after the gate GEMM.
+//   logits [T, logits_stride] fp32 (the first E columns are the router's), bias [E] fp32 or null
+//   -> topk_ids [T, k] int32 (best first, ties to the lower index), topk_weights [T, k] fp32.
+// Limits: E <= 1024, k <= 32, n_group <= 32.
+void router_topk(const routing::RouterConfig& config, const float* logits, int64_t logits_stride,
+                 const float* correction_bias, int64_t n_tokens, int32_t* topk_ids, float* topk_weights,
+                 cudaStream_t stream);
+
+// x_f32[i] = float(x[i]) for n elements.
+void bf16_to_f32(const bf16* x, float* x_f32, int64_t n, cudaStream_t stream);
+void f32_to_bf16(const float* x, bf16* x_bf16, int64_t n, cudaStream_t stream);
+
+// ---- permute.cu ------------------------------------------------------------------------------------
+// The expert-major layout of the T*k pairs, built on the device:
+//   segments: expert e owns rows [expert_offsets[e], expert_offsets[e] + expert_counts[e])
+//   row_token [n_rows]: the token of each row (-1 for unused rows of the padded layout)
+//   pair_rows [T*k]: row of pair (t, j), -1 where dropped; pair_weights [T*k] the combine weight
+// and the tile map of the grouped GEMM: tiles of `tile_rows` rows never straddle two experts.
+struct PermuteBuffers {
+  int32_t* expert_counts;    // [E] pairs routed to each expert (before capacity)
+  int32_t* count_prefix;     // [E] pairs of the experts before e (exclusive scan of expert_counts)
+  int32_t* expert_offsets;   // [E] first row of each segment
+  int32_t* segment_counts;   // [E] rows filled in each segment (min(count, capacity) in the padded layout)
+  int32_t* dropped;          // [E] pairs beyond capacity
+  int32_t* sorted_keys;      // [T*k] scratch: expert ids sorted
+  int32_t* sorted_pairs;     // [T*k] scratch: pair indices in expert-major, token order
+  int32_t* pair_iota;        // [T*k] scratch: 0, 1, 2, ...
+  int32_t* row_token;        // [n_rows]
+  int32_t* pair_rows;        // [T*k]
+  float* pair_weights;       // [T*k]
+  void* sort_temp;           // CUB temp storage
+  size_t sort_temp_bytes;
+};
+
+// Bytes of CUB temp storage for sorting up to max_pairs pairs.
+size_t permute_sort_temp_bytes(int64_t max_pairs);
+// out[i] = i for i < n (the pair_iota scratch, filled once).
+void fill_iota(int32_t* out, int64_t n, cudaStream_t stream);
+
+// capacity < 0: contiguous layout (n_rows = T*k). capacity >= 0: padded layout (n_rows = E*capacity),
+// first-come in token order; `renormalize` rescales each token's kept weights to its original sum.
+void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_tokens, int top_k, int n_experts,
+             int64_t capacity, bool renormalize, const PermuteBuffers& buffers, cudaStream_t stream);
+
+// One segment of n_rows rows at row 0 (a dense MLP, e.g. the shared experts, through the grouped GEMM).
+void dense_segment(int32_t* segment_offsets, int32_t* segment_counts, int64_t n_rows, cudaStream_t stream);
+
+// The grouped GEMM's tile map for segments (offsets, counts) and tiles of tile_rows rows:
+//   tile_expert[i], tile_row[i] (first row) for i < *n_tiles. max_tiles bounds the arrays.
+void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, int tile_rows,
+                 int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream);
+
+// ---- grouped_gemm.cu -------------------------------------------------------------------------------
+// Grouped GEMMs over expert segments, bf16 inputs, fp32 accumulation (mma.sync tensor cores).
+struct GroupedGemmArgs {
+  const bf16* a;              // rows of A, [*, K]; row r of segment e is a[gather ? gather[r] : r]
+  const int32_t* gather;      // optional row map (the token of each row), null for identity
+  const bf16* b;              // [E, N_b, K] expert weights, K contiguous
+  bf16* c;                    // [n_rows, N_c] output rows (same row order as the segments)
+  const int32_t* segment_offsets;  // [E]
+  const int32_t* segment_counts;   // [E]
+  const int32_t* tile_expert;      // tile map from build_tiles
+  const int32_t* tile_row;
+  const int32_t* n_tiles;
+  int64_t max_tiles;
+  int64_t k;                  // inner size (multiple of 32)
+  int64_t n;                  // output columns (SwiGLU: I; b holds 2I rows, gate then up)
+};
+
+// c[r, :] = silu(a_r · gateᵀ) ⊙ (a_r · upᵀ), b = [E, 2n, k] (rows 0..n-1 gate, n..2n-1 up).
+void grouped_gemm_swiglu(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream);
+// c[r, :] = a_r · bᵀ, b = [E, n, k].
+void grouped_gemm(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream);
+// The tile heights the grouped GEMMs are built for: 16 (decode), 64, 128 (prefill).
+int grouped_gemm_tile_rows(double rows_per_expert);
+
+// ---- unpermute.cu ----------------------------------------------------------------------------------
+// out[t] = sum_j pair_weights[t, j] * rows[pair_rows[t, j]] (+ shared_scale[t] * shared[t] when shared is
+// given; shared_scale null means 1). Deterministic: fixed order, no atomics. rows/shared bf16, out fp32.
+void unpermute(const bf16* rows, const int32_t* pair_rows, const float* pair_weights, int64_t n_tokens,
+               int top_k, int64_t hidden, const bf16* shared, const float* shared_gate_logit,
+               int64_t shared_gate_stride, float* out, cudaStream_t stream);
+
+}  // namespace moe::cuda

@@ -1,0 +1,251 @@
+// Grouped GEMMs over expert segments with bf16 tensor-core MMA (mma.sync m16n8k16, fp32 accumulation),
+// a multi-stage cp.async pipeline and XOR-swizzled shared memory for conflict-free ldmatrix.
+// Each block computes one tile: BM rows of one expert's segment (from the device tile map) times BN
+// weight rows. Rows of A may be gathered through a row map (the permute's row_token), so the gather of
+// the tokens happens in the GEMM's loads. The SwiGLU variant loads gate and up weight rows side by side
+// for every warp, so silu(gate) * up is formed in registers in the epilogue.
+#include <cuda_bf16.h>
+
+#include "moe/cuda/check.h"
+#include "moe/cuda/ops.h"
+
+namespace moe::cuda {
+
+namespace {
+
+template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_>
+struct TileConfig {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
+  static constexpr int THREADS = WARPS_M * WARPS_N * 32;
+  static constexpr int TM = BM / WARPS_M, TN = BN / WARPS_N;  // warp tile
+  static constexpr int MI = TM / 16, NI = TN / 8;             // mma tiles per warp
+  static constexpr int CHUNKS = BK / 8;                       // 16-byte chunks per smem row
+  static constexpr int ROWS_PER_LINE = BK * 2 >= 128 ? 1 : 128 / (BK * 2);
+  static constexpr int STAGE_ELEMS = (BM + BN) * BK;
+  static constexpr size_t SMEM_BYTES = size_t{STAGES} * STAGE_ELEMS * sizeof(bf16);
+  static_assert(TM % 16 == 0 && TN % 16 == 0 && BK % 16 == 0, "warp tiles must hold whole mma tiles");
+};
+
+// NOTE: the 16-byte chunk c of smem row r lives at c ^ ((r / ROWS_PER_LINE) % CHUNKS): the 8 rows an
+// ldmatrix phase reads then fall into 8 distinct bank groups.
+template <class C>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * C::BK + ((chunk ^ ((row / C::ROWS_PER_LINE) % C::CHUNKS)) * 8);
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;  // 0: zero-fill (rows past the segment, columns past N)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const bf16* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Weight row held by smem B row j. Plain: n0 + j. SwiGLU: each warp's TN rows are TN/2 gate rows followed
+// by the TN/2 up rows of the same output columns.
+template <class C, bool SWIGLU>
+__device__ __forceinline__ int64_t weight_row(int j, int64_t n0, int64_t n, bool& valid) {
+  if constexpr (!SWIGLU) {
+    valid = n0 + j < n;
+    return n0 + j;
+  } else {
+    const int warp_n = j / C::TN, within = j % C::TN, half = C::TN / 2;
+    const int64_t column = n0 + warp_n * half + (within < half ? within : within - half);
+    valid = column < n;
+    return within < half ? column : n + column;
+  }
+}
+
+template <class C, bool SWIGLU>
+static __global__ void __launch_bounds__(C::THREADS)
+    grouped_gemm_kernel(const bf16* __restrict__ a, const int32_t* __restrict__ gather, const bf16* __restrict__ b,
+                        bf16* __restrict__ c, const int32_t* __restrict__ segment_offsets,
+                        const int32_t* __restrict__ segment_counts, const int32_t* __restrict__ tile_expert,
+                        const int32_t* __restrict__ tile_row, const int32_t* __restrict__ n_tiles, int64_t k,
+                        int64_t n) {
+  const int tile = blockIdx.x;
+  if (tile >= *n_tiles) return;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
+
+  const int expert = tile_expert[tile];
+  const int64_t row0 = tile_row[tile];
+  const int64_t row_end = int64_t{segment_offsets[expert]} + segment_counts[expert];
+  constexpr int OUT_COLS = SWIGLU ? C::BN / 2 : C::BN;  // output columns per block
+  const int64_t n0 = int64_t{blockIdx.y} * OUT_COLS;
+  const int64_t b_rows = SWIGLU ? 2 * n : n;
+  const bf16* b_expert = b + int64_t{expert} * b_rows * k;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int warp_m = warp / C::WARPS_N, warp_n = warp % C::WARPS_N;
+
+  // Each thread copies fixed 16-byte chunks of every stage: its rows are resolved once.
+  constexpr int A_CHUNKS = C::BM * C::CHUNKS, B_CHUNKS = C::BN * C::CHUNKS;
+  constexpr int A_ITERS = (A_CHUNKS + C::THREADS - 1) / C::THREADS;
+  constexpr int B_ITERS = (B_CHUNKS + C::THREADS - 1) / C::THREADS;
+  const bf16* a_src[A_ITERS];
+  bool a_valid[A_ITERS];
+  for (int i = 0; i < A_ITERS; ++i) {
+    const int chunk = tid + i * C::THREADS, r = chunk / C::CHUNKS;
+    const int64_t row = row0 + r;
+    a_valid[i] = chunk < A_CHUNKS && row < row_end;
+    const int64_t source = a_valid[i] ? (gather ? int64_t{gather[row]} : row) : 0;
+    a_src[i] = a + source * k + (chunk % C::CHUNKS) * 8;
+  }
+  const bf16* b_src[B_ITERS];
+  bool b_valid[B_ITERS];
+  for (int i = 0; i < B_ITERS; ++i) {
+    const int chunk = tid + i * C::THREADS, j = chunk / C::CHUNKS;
+    bool valid = false;
+    const int64_t wrow = chunk < B_CHUNKS ? weight_row<C, SWIGLU>(j, n0, n, valid) : 0;
+    b_valid[i] = valid && chunk < B_CHUNKS;
+    b_src[i] = b_expert + (b_valid[i] ? wrow : 0) * k + (chunk % C::CHUNKS) * 8;
+  }
+
+  auto load_stage = [&](int stage, int64_t k0) {
+    bf16* sa = smem + stage * C::STAGE_ELEMS;
+    bf16* sb = sa + C::BM * C::BK;
+    for (int i = 0; i < A_ITERS; ++i) {
+      const int chunk = tid + i * C::THREADS;
+      if (chunk < A_CHUNKS) cp_async_16(sa + swizzle<C>(chunk / C::CHUNKS, chunk % C::CHUNKS), a_src[i] + k0, a_valid[i]);
+    }
+    for (int i = 0; i < B_ITERS; ++i) {
+      const int chunk = tid + i * C::THREADS;
+      if (chunk < B_CHUNKS) cp_async_16(sb + swizzle<C>(chunk / C::CHUNKS, chunk % C::CHUNKS), b_src[i] + k0, b_valid[i]);
+    }
+  };
+
+  float acc[C::MI][C::NI][4] = {};
+  const int k_tiles = static_cast<int>(k / C::BK);
+  for (int s = 0; s < C::STAGES - 1; ++s) {
+    if (s < k_tiles) load_stage(s, int64_t{s} * C::BK);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<C::STAGES - 2>();
+    __syncthreads();
+    // The stage computed last iteration is free once every thread passed the barrier above.
+    const int next = kt + C::STAGES - 1;
+    if (next < k_tiles) load_stage(next % C::STAGES, int64_t{next} * C::BK);
+    cp_async_commit();
+
+    const bf16* sa = smem + (kt % C::STAGES) * C::STAGE_ELEMS;
+    const bf16* sb = sa + C::BM * C::BK;
+#pragma unroll
+    for (int kk = 0; kk < C::BK / 16; ++kk) {
+      unsigned af[C::MI][4];
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi) {
+        const int row = warp_m * C::TM + mi * 16 + lane % 16;
+        ldmatrix_x4(af[mi], sa + swizzle<C>(row, kk * 2 + lane / 16));
+      }
+#pragma unroll
+      for (int pair = 0; pair < C::NI / 2; ++pair) {
+        unsigned bfrag[4];
+        const int row = warp_n * C::TN + pair * 16 + (lane / 16) * 8 + lane % 8;
+        ldmatrix_x4(bfrag, sb + swizzle<C>(row, kk * 2 + (lane / 8) % 2));
+#pragma unroll
+        for (int mi = 0; mi < C::MI; ++mi) {
+          mma_bf16(acc[mi][2 * pair], af[mi], bfrag[0], bfrag[1]);
+          mma_bf16(acc[mi][2 * pair + 1], af[mi], bfrag[2], bfrag[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: accumulator element (mi, ni, q) sits at row lane/4 (+8 for q >= 2), column 2*(lane%4) + q%2.
+  constexpr int OUT_NI = SWIGLU ? C::NI / 2 : C::NI;
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = row0 + warp_m * C::TM + mi * 16 + lane / 4 + half * 8;
+      if (row >= row_end) continue;
+#pragma unroll
+      for (int ni = 0; ni < OUT_NI; ++ni) {
+        const int64_t column = n0 + warp_n * (SWIGLU ? C::TN / 2 : C::TN) + ni * 8 + (lane % 4) * 2;
+        float v0 = acc[mi][ni][half * 2], v1 = acc[mi][ni][half * 2 + 1];
+        if constexpr (SWIGLU) {
+          const float u0 = acc[mi][ni + OUT_NI][half * 2], u1 = acc[mi][ni + OUT_NI][half * 2 + 1];
+          v0 = v0 / (1.0f + __expf(-v0)) * u0;
+          v1 = v1 / (1.0f + __expf(-v1)) * u1;
+        }
+        bf16* out = c + row * n + column;
+        if (column + 1 < n) {
+          *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
+        } else if (column < n) {
+          *out = __float2bfloat16_rn(v0);
+        }
+      }
+    }
+}
+
+// NOTE: tile shapes by regime. Decode (a few rows per expert) is a weight stream: short tiles, narrow N so
+// that many blocks share the stream, deep pipelines. Prefill is compute: 128x128 tiles.
+using Decode16 = TileConfig<16, 64, 64, 1, 4, 6>;
+using Mid64 = TileConfig<64, 128, 32, 2, 4, 4>;
+using Prefill128 = TileConfig<128, 128, 32, 4, 2, 4>;
+
+template <class C, bool SWIGLU>
+void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(g.k % C::BK == 0, "grouped GEMM: inner size " + std::to_string(g.k) +
+                                         " must be a multiple of " + std::to_string(C::BK));
+  MOE_CUDA_REQUIRE(g.n % 2 == 0, "grouped GEMM: output columns " + std::to_string(g.n) + " must be even");
+  if (g.max_tiles == 0) return;
+  constexpr int OUT_COLS = SWIGLU ? C::BN / 2 : C::BN;
+  const dim3 grid(static_cast<unsigned>(g.max_tiles), static_cast<unsigned>((g.n + OUT_COLS - 1) / OUT_COLS));
+  static bool configured = false;  // NOTE: the attribute is per kernel and process; set it once
+  if (!configured) {
+    MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<C, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(C::SMEM_BYTES)));
+    configured = true;
+  }
+  grouped_gemm_kernel<C, SWIGLU><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(
+      g.a, g.gather, g.b, g.c, g.segment_offsets, g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, g.k, g.n);
+  MOE_CUDA_CHECK_LAUNCH();
+}
+
+template <bool SWIGLU>
+void dispatch(const GroupedGemmArgs& g, int tile_rows, cudaStream_t stream) {
+  switch (tile_rows) {
+    case 16: return launch<Decode16, SWIGLU>(g, stream);
+    case 64: return launch<Mid64, SWIGLU>(g, stream);
+    case 128: return launch<Prefill128, SWIGLU>(g, stream);
+    default: MOE_CUDA_REQUIRE(false, "grouped GEMM: no kernel for tiles of " + std::to_string(tile_rows) + " rows");
+  }
+}
+
+}  // namespace
+
+int grouped_gemm_tile_rows(double rows_per_expert) {
+  if (rows_per_expert <= 16) return 16;
+  if (rows_per_expert <= 96) return 64;
+  return 128;
+}
+
+void grouped_gemm_swiglu(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream) {
+  dispatch<true>(args, tile_rows, stream);
+}
+
+void grouped_gemm(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream) {
+  dispatch<false>(args, tile_rows, stream);
+}
+
+}  // namespace moe::cuda

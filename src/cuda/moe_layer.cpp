@@ -1,0 +1,241 @@
+#include "moe/cuda/moe_layer.h"
+
+#include <cublas_v2.h>
+
+#include <cmath>
+
+#include "device_buffer.h"
+#include "moe/core/float_convert.h"
+
+namespace moe::cuda {
+
+namespace {
+
+// Copies a host weight of any float dtype (possibly a strided view) into dst as bf16.
+void upload_bf16(DeviceBuffer<bf16>& dst, size_t offset, const Tensor& weight) {
+  const Tensor host = weight.to(DType::BF16);
+  dst.upload(reinterpret_cast<const bf16*>(host.data()), static_cast<size_t>(host.numel()), offset);
+}
+
+// [n_mlps, 2I, H] (gate rows, then up rows) and [n_mlps, H, I] for a list of SwiGLU MLPs.
+void upload_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64_t I, DeviceBuffer<bf16>& w13,
+                 DeviceBuffer<bf16>& w2) {
+  w13 = DeviceBuffer<bf16>(mlps.size() * 2 * I * H);
+  w2 = DeviceBuffer<bf16>(mlps.size() * H * I);
+  for (size_t e = 0; e < mlps.size(); ++e) {
+    upload_bf16(w13, e * 2 * I * H, mlps[e]->gate);
+    upload_bf16(w13, e * 2 * I * H + I * H, mlps[e]->up);
+    upload_bf16(w2, e * H * I, mlps[e]->down);
+  }
+}
+
+int64_t capacity_for(const CudaLayerOptions& o, int64_t n_tokens, int top_k, int n_experts) {
+  return o.paradigm == Paradigm::padded ? expert_capacity(o.capacity_factor, n_tokens, top_k, n_experts) : -1;
+}
+
+}  // namespace
+
+struct CudaMoeLayer::State {
+  MoeConfig config;
+  CudaLayerOptions options;
+  int64_t H, I, S, E, k, router_rows;
+  cublasHandle_t cublas = nullptr;
+  DeviceBuffer<unsigned char> cublas_workspace;
+  // weights
+  DeviceBuffer<float> router;  // [router_rows, H]: E expert rows (+ the Qwen2 shared expert gate row)
+  DeviceBuffer<float> bias;    // [E]
+  DeviceBuffer<bf16> w13, w2, shared_w13, shared_w2;
+  // workspace
+  DeviceBuffer<float> x_f32, logits;
+  DeviceBuffer<int32_t> ints;  // every int32 scratch array, carved below
+  DeviceBuffer<float> pair_weights;
+  DeviceBuffer<unsigned char> sort_temp;
+  DeviceBuffer<bf16> act, rows_out, shared_act, shared_out;
+  PermuteBuffers permute{};
+  int32_t *tile_expert = nullptr, *tile_row = nullptr, *n_tiles = nullptr;
+  int32_t *shared_offsets = nullptr, *shared_counts = nullptr, *shared_tile_expert = nullptr,
+          *shared_tile_row = nullptr, *shared_n_tiles = nullptr;
+  int64_t max_rows = 0, max_tiles = 0, last_capacity = -1;
+};
+
+CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, CudaLayerOptions options)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.config = config;
+  s.options = options;
+  s.H = config.hidden_size;
+  s.I = config.expert_intermediate_size;
+  s.S = config.shared == SharedExpertKind::none ? 0 : config.shared_intermediate_size;
+  s.E = config.router.n_experts;
+  s.k = config.router.top_k;
+  routing::validate(config.router);
+  MOE_CHECK(s.H % 64 == 0 && s.I % 64 == 0 && s.S % 64 == 0,
+            "the CUDA backend needs hidden_size ({}) and expert intermediate sizes ({}, shared {}) that are "
+            "multiples of 64: use --backend cpu for this model",
+            s.H, s.I, s.S);
+  MOE_CHECK(options.max_tokens >= 1, "max_tokens must be at least 1");
+  const int64_t Tm = options.max_tokens, H = s.H, E = s.E, k = s.k;
+
+  // Router in fp32 (DeepSeek computes it so; a bf16 gate would flip top-k choices); the Qwen2 shared
+  // expert gate rides along as one more row of the same GEMM.
+  const bool gated = config.shared == SharedExpertKind::sigmoid_gated;
+  s.router_rows = E + (gated ? 1 : 0);
+  s.router = DeviceBuffer<float>(s.router_rows * H);
+  s.router.upload(weights.router.to_f32().data_as<float>(), E * H);
+  if (gated) s.router.upload(weights.shared_gate.to_f32().data_as<float>(), H, E * H);
+  if (weights.correction_bias.defined()) {
+    s.bias = DeviceBuffer<float>(E);
+    s.bias.upload(weights.correction_bias.to_f32().data_as<float>(), E);
+  }
+  std::vector<const SwigluWeights*> experts;
+  for (const auto& w : weights.experts) experts.push_back(&w);
+  upload_mlps(experts, H, s.I, s.w13, s.w2);
+  if (s.S > 0) upload_mlps({&weights.shared}, H, s.S, s.shared_w13, s.shared_w2);
+
+  // Workspace for max_tokens.
+  const int64_t max_pairs = Tm * k;
+  const int64_t capacity = capacity_for(options, Tm, static_cast<int>(k), static_cast<int>(E));
+  s.max_rows = capacity < 0 ? max_pairs : E * capacity;
+  s.max_tiles = s.max_rows + E;  // bound for every tile height: sum of ceil(count / rows) <= rows + E
+  s.x_f32 = DeviceBuffer<float>(Tm * H);
+  s.logits = DeviceBuffer<float>(Tm * s.router_rows);
+  const int64_t shared_tiles = Tm + 1;
+  const int64_t n_ints = 5 * E + 3 * max_pairs + s.max_rows + max_pairs + 2 * s.max_tiles + 1 + 2 + 2 * shared_tiles + 1;
+  s.ints = DeviceBuffer<int32_t>(n_ints);
+  int32_t* p = s.ints.get();
+  auto carve = [&p](int64_t n) { return std::exchange(p, p + n); };
+  s.permute.expert_counts = carve(E);
+  s.permute.count_prefix = carve(E);
+  s.permute.expert_offsets = carve(E);
+  s.permute.segment_counts = carve(E);
+  s.permute.dropped = carve(E);
+  s.permute.sorted_keys = carve(max_pairs);
+  s.permute.sorted_pairs = carve(max_pairs);
+  s.permute.pair_iota = carve(max_pairs);
+  s.permute.row_token = carve(s.max_rows);
+  s.permute.pair_rows = carve(max_pairs);
+  s.tile_expert = carve(s.max_tiles);
+  s.tile_row = carve(s.max_tiles);
+  s.n_tiles = carve(1);
+  s.shared_offsets = carve(1);
+  s.shared_counts = carve(1);
+  s.shared_tile_expert = carve(shared_tiles);
+  s.shared_tile_row = carve(shared_tiles);
+  s.shared_n_tiles = carve(1);
+  s.pair_weights = DeviceBuffer<float>(max_pairs);
+  s.permute.pair_weights = s.pair_weights.get();
+  s.sort_temp = DeviceBuffer<unsigned char>(permute_sort_temp_bytes(max_pairs));
+  s.permute.sort_temp = s.sort_temp.get();
+  s.permute.sort_temp_bytes = s.sort_temp.size();
+  s.act = DeviceBuffer<bf16>(s.max_rows * s.I);
+  s.rows_out = DeviceBuffer<bf16>(s.max_rows * H);
+  if (s.S > 0) {
+    s.shared_act = DeviceBuffer<bf16>(Tm * s.S);
+    s.shared_out = DeviceBuffer<bf16>(Tm * H);
+  }
+  fill_iota(s.permute.pair_iota, max_pairs, nullptr);
+
+  MOE_CUBLAS_CHECK(cublasCreate(&s.cublas));
+  // NOTE: a workspace of our own keeps cuBLAS from allocating during graph capture.
+  s.cublas_workspace = DeviceBuffer<unsigned char>(32u << 20);
+  MOE_CUBLAS_CHECK(cublasSetWorkspace(s.cublas, s.cublas_workspace.get(), s.cublas_workspace.size()));
+  MOE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaMoeLayer::~CudaMoeLayer() {
+  if (state_ && state_->cublas) cublasDestroy(state_->cublas);
+}
+
+const MoeConfig& CudaMoeLayer::config() const { return state_->config; }
+
+int64_t CudaMoeLayer::weight_bytes() const {
+  const State& s = *state_;
+  return static_cast<int64_t>((s.w13.size() + s.w2.size() + s.shared_w13.size() + s.shared_w2.size()) * sizeof(bf16));
+}
+
+void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_ids, float* topk_weights,
+                           cudaStream_t stream) {
+  State& s = *state_;
+  MOE_CHECK(T >= 0 && T <= s.options.max_tokens, "{} tokens exceed the workspace of {} (max_tokens)", T,
+            s.options.max_tokens);
+  if (T == 0) return;
+  const int E = static_cast<int>(s.E), k = static_cast<int>(s.k);
+
+  // Router: logits = x · Wᵀ in fp32, then scores and top-k.
+  bf16_to_f32(x, s.x_f32.get(), T * s.H, stream);
+  const float one = 1.0f, zero = 0.0f;
+  MOE_CUBLAS_CHECK(cublasSetStream(s.cublas, stream));
+  MOE_CUBLAS_CHECK(cublasSgemm(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.router_rows),
+                               static_cast<int>(T), static_cast<int>(s.H), &one, s.router.get(),
+                               static_cast<int>(s.H), s.x_f32.get(), static_cast<int>(s.H), &zero, s.logits.get(),
+                               static_cast<int>(s.router_rows)));
+  router_topk(s.config.router, s.logits.get(), s.router_rows, s.bias.get(), T, topk_ids, topk_weights, stream);
+
+  // Permute into expert segments, and the tile map of the grouped GEMMs.
+  const int64_t capacity = capacity_for(s.options, T, k, E);
+  s.last_capacity = capacity;
+  permute(topk_ids, topk_weights, T, k, E, capacity, s.options.overflow == OverflowPolicy::renormalize, s.permute,
+          stream);
+  const int64_t rows = capacity < 0 ? T * k : E * capacity;
+  const int tile_rows = grouped_gemm_tile_rows(capacity < 0 ? double(T * k) / E : double(capacity));
+  const int64_t max_tiles = std::min<int64_t>(rows, (rows + tile_rows - 1) / tile_rows + E);
+  build_tiles(s.permute.expert_offsets, s.permute.segment_counts, E, tile_rows, s.tile_expert, s.tile_row,
+              s.n_tiles, max_tiles, stream);
+
+  // Experts: gate+up with SwiGLU (tokens gathered in the loads), then down.
+  GroupedGemmArgs up{.a = x, .gather = s.permute.row_token, .b = s.w13.get(), .c = s.act.get(),
+                     .segment_offsets = s.permute.expert_offsets, .segment_counts = s.permute.segment_counts,
+                     .tile_expert = s.tile_expert, .tile_row = s.tile_row, .n_tiles = s.n_tiles,
+                     .max_tiles = max_tiles, .k = s.H, .n = s.I};
+  grouped_gemm_swiglu(up, tile_rows, stream);
+  GroupedGemmArgs down = up;
+  down.a = s.act.get();
+  down.gather = nullptr;
+  down.b = s.w2.get();
+  down.c = s.rows_out.get();
+  down.k = s.I;
+  down.n = s.H;
+  grouped_gemm(down, tile_rows, stream);
+
+  // Shared experts: the same kernels on one dense segment of all T tokens.
+  if (s.S > 0) {
+    const int shared_rows = grouped_gemm_tile_rows(double(T));
+    const int64_t shared_tiles = (T + shared_rows - 1) / shared_rows;
+    dense_segment(s.shared_offsets, s.shared_counts, T, stream);
+    build_tiles(s.shared_offsets, s.shared_counts, 1, shared_rows, s.shared_tile_expert, s.shared_tile_row,
+                s.shared_n_tiles, shared_tiles, stream);
+    GroupedGemmArgs sup{.a = x, .gather = nullptr, .b = s.shared_w13.get(), .c = s.shared_act.get(),
+                        .segment_offsets = s.shared_offsets, .segment_counts = s.shared_counts,
+                        .tile_expert = s.shared_tile_expert, .tile_row = s.shared_tile_row,
+                        .n_tiles = s.shared_n_tiles, .max_tiles = shared_tiles, .k = s.H, .n = s.S};
+    grouped_gemm_swiglu(sup, shared_rows, stream);
+    GroupedGemmArgs sdown = sup;
+    sdown.a = s.shared_act.get();
+    sdown.b = s.shared_w2.get();
+    sdown.c = s.shared_out.get();
+    sdown.k = s.S;
+    sdown.n = s.H;
+    grouped_gemm(sdown, shared_rows, stream);
+  }
+
+  // Combine in token order, plus the shared experts (sigmoid-gated for Qwen2-MoE).
+  const bool gated = s.config.shared == SharedExpertKind::sigmoid_gated;
+  unpermute(s.rows_out.get(), s.permute.pair_rows, s.permute.pair_weights, T, k, s.H,
+            s.S > 0 ? s.shared_out.get() : nullptr, gated ? s.logits.get() + s.E : nullptr, s.router_rows, out,
+            stream);
+}
+
+DeviceLoadCounts CudaMoeLayer::read_counts(cudaStream_t stream) const {
+  const State& s = *state_;
+  std::vector<int32_t> counts(s.E), dropped(s.E);
+  MOE_CUDA_CHECK(cudaMemcpyAsync(counts.data(), s.permute.expert_counts, s.E * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, stream));
+  MOE_CUDA_CHECK(cudaMemcpyAsync(dropped.data(), s.permute.dropped, s.E * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                 stream));
+  MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return {.tokens_per_expert = {counts.begin(), counts.end()},
+          .dropped_per_expert = {dropped.begin(), dropped.end()},
+          .capacity = s.last_capacity};
+}
+
+}  // namespace moe::cuda

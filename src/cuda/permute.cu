@@ -1,0 +1,174 @@
+// Permute on the device: count pairs per expert, sort pair indices by expert (a stable radix sort, so
+// tokens stay in order inside an expert), lay segments out contiguously or with a fixed capacity, and
+// build the grouped GEMM's tile map. No host synchronisation: every size stays on the device.
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
+
+#include "moe/cuda/check.h"
+#include "moe/cuda/ops.h"
+
+namespace moe::cuda {
+
+namespace {
+
+constexpr int kScanThreads = 1024;  // one thread per expert in the single-block scans
+
+static __global__ void count_kernel(const int32_t* __restrict__ ids, int64_t n_pairs, int32_t* __restrict__ counts) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_pairs; i += int64_t{gridDim.x} * blockDim.x)
+    atomicAdd(&counts[ids[i]], 1);  // NOTE: integer atomics: the counts are exact and order-free
+}
+
+static __global__ void iota_kernel(int32_t* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = static_cast<int32_t>(i);
+}
+
+// One block: prefix[e] = sum of counts before e; segments contiguous, or e * capacity with at most
+// capacity rows and the rest counted as dropped.
+static __global__ void layout_kernel(const int32_t* __restrict__ counts, int n_experts, int64_t capacity,
+                                     int32_t* __restrict__ prefix, int32_t* __restrict__ offsets,
+                                     int32_t* __restrict__ segment_counts, int32_t* __restrict__ dropped) {
+  using Scan = cub::BlockScan<int32_t, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  const int e = threadIdx.x;
+  const int32_t count = e < n_experts ? counts[e] : 0;
+  int32_t before = 0;
+  Scan(temp).ExclusiveSum(count, before);
+  if (e >= n_experts) return;
+  prefix[e] = before;
+  if (capacity < 0) {
+    offsets[e] = before;
+    segment_counts[e] = count;
+    dropped[e] = 0;
+  } else {
+    offsets[e] = static_cast<int32_t>(e * capacity);
+    segment_counts[e] = static_cast<int32_t>(count < capacity ? count : capacity);
+    dropped[e] = static_cast<int32_t>(count > capacity ? count - capacity : 0);
+  }
+}
+
+// Sorted position r holds pair sorted_pairs[r] of expert sorted_keys[r]; its rank inside the expert is
+// r - prefix[e] (token order, since the sort is stable).
+static __global__ void scatter_kernel(const int32_t* __restrict__ sorted_keys, const int32_t* __restrict__ sorted_pairs,
+                                      const int32_t* __restrict__ prefix, const int32_t* __restrict__ offsets,
+                                      const float* __restrict__ topk_weights, int64_t n_pairs, int top_k,
+                                      int64_t capacity, int32_t* __restrict__ row_token,
+                                      int32_t* __restrict__ pair_rows, float* __restrict__ pair_weights) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < n_pairs; r += int64_t{gridDim.x} * blockDim.x) {
+    const int32_t e = sorted_keys[r], pair = sorted_pairs[r];
+    const int64_t rank = r - prefix[e];
+    if (capacity >= 0 && rank >= capacity) {
+      pair_rows[pair] = -1;
+      pair_weights[pair] = 0.0f;
+      continue;
+    }
+    const int64_t row = offsets[e] + rank;
+    pair_rows[pair] = static_cast<int32_t>(row);
+    pair_weights[pair] = topk_weights[pair];
+    row_token[row] = pair / top_k;
+  }
+}
+
+// renormalize: each token's kept weights are rescaled to its original weight sum.
+static __global__ void renormalize_kernel(const float* __restrict__ topk_weights, int64_t n_tokens, int top_k,
+                                          float* __restrict__ pair_weights) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n_tokens; t += int64_t{gridDim.x} * blockDim.x) {
+    float original = 0.0f, kept = 0.0f;
+    for (int j = 0; j < top_k; ++j) {
+      original += topk_weights[t * top_k + j];
+      kept += pair_weights[t * top_k + j];
+    }
+    if (kept != original && kept != 0.0f)
+      for (int j = 0; j < top_k; ++j) pair_weights[t * top_k + j] *= original / kept;
+  }
+}
+
+static __global__ void tiles_kernel(const int32_t* __restrict__ offsets, const int32_t* __restrict__ counts,
+                                    int n_experts, int tile_rows, int32_t* __restrict__ tile_expert,
+                                    int32_t* __restrict__ tile_row, int32_t* __restrict__ n_tiles, int64_t max_tiles) {
+  using Scan = cub::BlockScan<int32_t, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  const int e = threadIdx.x;
+  const int32_t tiles = e < n_experts ? (counts[e] + tile_rows - 1) / tile_rows : 0;
+  int32_t first = 0, total = 0;
+  Scan(temp).ExclusiveSum(tiles, first, total);
+  if (e == 0) *n_tiles = static_cast<int32_t>(total < max_tiles ? total : max_tiles);
+  for (int32_t i = 0; i < tiles && first + i < max_tiles; ++i) {
+    tile_expert[first + i] = e;
+    tile_row[first + i] = offsets[e] + i * tile_rows;
+  }
+}
+
+static __global__ void dense_segment_kernel(int32_t* offsets, int32_t* counts, int64_t n_rows) {
+  offsets[0] = 0;
+  counts[0] = static_cast<int32_t>(n_rows);
+}
+
+int grid_for(int64_t n) { return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 132 * 8))); }
+
+int key_bits(int n_experts) {
+  int bits = 1;
+  while ((1 << bits) < n_experts) ++bits;
+  return bits;
+}
+
+}  // namespace
+
+size_t permute_sort_temp_bytes(int64_t max_pairs) {
+  size_t bytes = 0;
+  MOE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr),
+                                                 static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                 static_cast<int32_t*>(nullptr), static_cast<int>(max_pairs)));
+  return bytes;
+}
+
+void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_tokens, int top_k, int n_experts,
+             int64_t capacity, bool renormalize, const PermuteBuffers& b, cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(n_experts >= 1 && n_experts <= kScanThreads,
+                   "the CUDA permute handles 1 to 1024 experts, got " + std::to_string(n_experts));
+  const int64_t n_pairs = n_tokens * top_k;
+  const int64_t n_rows = capacity < 0 ? n_pairs : n_experts * capacity;
+  MOE_CUDA_CHECK(cudaMemsetAsync(b.expert_counts, 0, sizeof(int32_t) * n_experts, stream));
+  if (capacity >= 0) MOE_CUDA_CHECK(cudaMemsetAsync(b.row_token, 0xff, sizeof(int32_t) * n_rows, stream));  // -1
+  if (n_pairs > 0) {
+    count_kernel<<<grid_for(n_pairs), 256, 0, stream>>>(topk_ids, n_pairs, b.expert_counts);
+    MOE_CUDA_CHECK_LAUNCH();
+    size_t temp_bytes = b.sort_temp_bytes;
+    MOE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(b.sort_temp, temp_bytes, topk_ids, b.sorted_keys, b.pair_iota,
+                                                   b.sorted_pairs, static_cast<int>(n_pairs), 0,
+                                                   key_bits(n_experts), stream));
+  }
+  layout_kernel<<<1, kScanThreads, 0, stream>>>(b.expert_counts, n_experts, capacity, b.count_prefix,
+                                                b.expert_offsets, b.segment_counts, b.dropped);
+  MOE_CUDA_CHECK_LAUNCH();
+  if (n_pairs == 0) return;
+  scatter_kernel<<<grid_for(n_pairs), 256, 0, stream>>>(b.sorted_keys, b.sorted_pairs, b.count_prefix,
+                                                        b.expert_offsets, topk_weights, n_pairs, top_k, capacity,
+                                                        b.row_token, b.pair_rows, b.pair_weights);
+  MOE_CUDA_CHECK_LAUNCH();
+  if (capacity >= 0 && renormalize) {
+    renormalize_kernel<<<grid_for(n_tokens), 256, 0, stream>>>(topk_weights, n_tokens, top_k, b.pair_weights);
+    MOE_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void fill_iota(int32_t* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  iota_kernel<<<grid_for(n), 256, 0, stream>>>(out, n);
+  MOE_CUDA_CHECK_LAUNCH();
+}
+
+void dense_segment(int32_t* segment_offsets, int32_t* segment_counts, int64_t n_rows, cudaStream_t stream) {
+  dense_segment_kernel<<<1, 1, 0, stream>>>(segment_offsets, segment_counts, n_rows);
+  MOE_CUDA_CHECK_LAUNCH();
+}
+
+void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, int tile_rows,
+                 int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(n_experts >= 1 && n_experts <= kScanThreads, "build_tiles handles 1 to 1024 experts");
+  tiles_kernel<<<1, kScanThreads, 0, stream>>>(segment_offsets, segment_counts, n_experts, tile_rows, tile_expert,
+                                               tile_row, n_tiles, max_tiles);
+  MOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moe::cuda

@@ -1,0 +1,186 @@
+// Router scores and top-k on the device: one warp per token after the gate GEMM. Same maths as
+// src/routing/router.cpp (the CPU twin): selection on logits (softmax methods), on s + bias (noaux_tc);
+// ties go to the lower expert index; dropped groups are masked to -inf.
+#include <cfloat>
+
+#include "moe/cuda/check.h"
+#include "moe/cuda/ops.h"
+
+namespace moe::cuda {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+struct ArgMax {
+  float value;
+  int index;
+};
+
+__device__ __forceinline__ ArgMax better(ArgMax a, ArgMax b) {
+  return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
+}
+
+__device__ __forceinline__ ArgMax warp_argmax(ArgMax x) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    x = better(x, {__shfl_xor_sync(kFullMask, x.value, offset), __shfl_xor_sync(kFullMask, x.index, offset)});
+  return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(kFullMask, x, offset);
+  return x;
+}
+
+struct RouterParams {
+  routing::RoutingMethod method;
+  int n_experts, top_k, n_group, topk_group;
+  bool norm_topk_prob;
+  float routed_scaling_factor;
+};
+
+// Shared memory per warp: choice [E] (the selection key, -inf once masked or taken), score [E].
+static __global__ void router_topk_kernel(RouterParams p, const float* __restrict__ logits, int64_t stride,
+                                          const float* __restrict__ bias, int64_t n_tokens,
+                                          int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights) {
+  extern __shared__ float shared[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = int64_t{blockIdx.x} * kWarpsPerBlock + warp;
+  if (t >= n_tokens) return;
+  const int E = p.n_experts;
+  float* choice = shared + warp * 2 * E;
+  float* score = choice + E;
+  const float* l = logits + t * stride;
+  using routing::RoutingMethod;
+
+  float max_logit = -FLT_MAX;
+  for (int e = lane; e < E; e += 32) max_logit = fmaxf(max_logit, l[e]);
+  max_logit = warp_max(max_logit);
+  float sum = 0.0f;
+  for (int e = lane; e < E; e += 32) {
+    const float v = l[e];
+    if (p.method == RoutingMethod::noaux_tc) {
+      const float s = 1.0f / (1.0f + expf(-v));
+      score[e] = s;
+      choice[e] = s + (bias ? bias[e] : 0.0f);
+    } else {
+      score[e] = p.method == RoutingMethod::topk_softmax ? v : expf(v - max_logit);
+      choice[e] = v;  // softmax is monotone: select on the logits
+      sum += score[e];
+    }
+  }
+  sum = warp_sum(sum);
+  __syncwarp();
+
+  const bool grouped = p.method == RoutingMethod::group_limited_greedy || p.method == RoutingMethod::noaux_tc;
+  if (grouped && p.topk_group < p.n_group) {
+    const int group_size = E / p.n_group;
+    float group_score = -FLT_MAX;
+    if (lane < p.n_group) {
+      float first = -FLT_MAX, second = -FLT_MAX;
+      for (int i = 0; i < group_size; ++i) {
+        const float v = choice[lane * group_size + i];
+        if (v > first) {
+          second = first;
+          first = v;
+        } else if (v > second) {
+          second = v;
+        }
+      }
+      group_score = p.method == RoutingMethod::noaux_tc ? first + second : first;
+    }
+    unsigned kept = 0;
+    for (int r = 0; r < p.topk_group; ++r) {
+      const bool candidate = lane < p.n_group && !((kept >> lane) & 1u);
+      const ArgMax best = warp_argmax({candidate ? group_score : -FLT_MAX, candidate ? lane : 1 << 30});
+      kept |= 1u << best.index;
+    }
+    for (int e = lane; e < E; e += 32)
+      if (!((kept >> (e / group_size)) & 1u)) choice[e] = -INFINITY;
+    __syncwarp();
+  }
+
+  int my_id = 0;
+  float my_weight = 0.0f, chosen_sum = 0.0f, best_logit = 0.0f;
+  for (int r = 0; r < p.top_k; ++r) {
+    ArgMax local{-INFINITY, 1 << 30};
+    for (int e = lane; e < E; e += 32) local = better(local, {choice[e], e});
+    const ArgMax best = warp_argmax(local);
+    __syncwarp();
+    if (lane == 0) choice[best.index] = -INFINITY;
+    __syncwarp();
+    float w = score[best.index];
+    if (p.method == RoutingMethod::topk_softmax) {
+      if (r == 0) best_logit = w;
+      w = expf(w - best_logit);
+    } else if (p.method != RoutingMethod::noaux_tc) {
+      w /= sum;
+    }
+    chosen_sum += w;
+    if (lane == r) {
+      my_id = best.index;
+      my_weight = w;
+    }
+  }
+  if (lane < p.top_k) {
+    float w = my_weight;
+    if (p.method == RoutingMethod::topk_softmax) w /= chosen_sum;
+    else if (p.method == RoutingMethod::noaux_tc && p.norm_topk_prob) w /= chosen_sum + 1e-20f;
+    else if (p.norm_topk_prob) w /= chosen_sum;
+    topk_ids[t * p.top_k + lane] = my_id;
+    topk_weights[t * p.top_k + lane] = w * p.routed_scaling_factor;
+  }
+}
+
+static __global__ void bf16_to_f32_kernel(const bf16* __restrict__ x, float* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = __bfloat162float(x[i]);
+}
+
+static __global__ void f32_to_bf16_kernel(const float* __restrict__ x, bf16* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = __float2bfloat16_rn(x[i]);
+}
+
+int elementwise_blocks(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 132 * 16)); }
+
+}  // namespace
+
+void router_topk(const routing::RouterConfig& c, const float* logits, int64_t logits_stride,
+                 const float* correction_bias, int64_t n_tokens, int32_t* topk_ids, float* topk_weights,
+                 cudaStream_t stream) {
+  routing::validate(c);
+  MOE_CUDA_REQUIRE(c.n_experts <= 1024 && c.top_k <= 32 && c.n_group <= 32,
+                   "the CUDA router handles up to 1024 experts, k <= 32 and 32 groups (got " +
+                       std::to_string(c.n_experts) + ", " + std::to_string(c.top_k) + ", " +
+                       std::to_string(c.n_group) + ")");
+  if (n_tokens == 0) return;
+  const RouterParams p{.method = c.method, .n_experts = c.n_experts, .top_k = c.top_k, .n_group = c.n_group,
+                       .topk_group = c.topk_group, .norm_topk_prob = c.norm_topk_prob,
+                       .routed_scaling_factor = c.routed_scaling_factor};
+  const int blocks = static_cast<int>((n_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const size_t shared_bytes = size_t{kWarpsPerBlock} * 2 * c.n_experts * sizeof(float);
+  router_topk_kernel<<<blocks, kWarpsPerBlock * 32, shared_bytes, stream>>>(p, logits, logits_stride, correction_bias,
+                                                                            n_tokens, topk_ids, topk_weights);
+  MOE_CUDA_CHECK_LAUNCH();
+}
+
+void bf16_to_f32(const bf16* x, float* x_f32, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  bf16_to_f32_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(x, x_f32, n);
+  MOE_CUDA_CHECK_LAUNCH();
+}
+
+void f32_to_bf16(const float* x, bf16* x_bf16, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  f32_to_bf16_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(x, x_bf16, n);
+  MOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moe::cuda

@@ -1,0 +1,171 @@
+// The whole CUDA layer against the CPU layer (the oracle) for every family, both paradigms, odd shapes,
+// and replayed from a CUDA graph on fresh inputs.
+#include "moe/cuda/moe_layer.h"
+
+#include <cmath>
+
+#include "cuda_test_util.h"
+#include "moe/core/float_convert.h"
+#include "moe/layer/moe_layer.h"
+#include "moe/layer/random_weights.h"
+#include "test_random.h"
+
+namespace moe::cuda {
+namespace {
+
+struct Compared {
+  double rel_error = 0;
+  int64_t same_choices = 0, tokens = 0;
+};
+
+// Runs both layers on x (rounded to bf16 for both) and compares tokens whose expert choices agree (an fp32
+// router on two devices may split a near tie differently).
+Compared run_both(const MoeConfig& config, const MoeWeights& weights, const Tensor& x_in, LayerOptions options) {
+  const Tensor x = x_in.to(DType::BF16).to_f32();
+  const int64_t T = x.size(0), H = config.hidden_size, k = config.router.top_k;
+  MoeLayer cpu_layer(config, weights, options);
+  const LayerOutput want = cpu_layer.forward(x);
+
+  CudaMoeLayer gpu(config, weights, {.max_tokens = T, .paradigm = options.paradigm,
+                                     .capacity_factor = options.capacity_factor, .overflow = options.overflow});
+  const Tensor xb = x.to(DType::BF16);
+  test::Device<uint16_t> d_x(std::vector<uint16_t>(xb.data_as<uint16_t>(), xb.data_as<uint16_t>() + T * H));
+  test::Device<float> d_out(T * H), d_weights(T * k);
+  test::Device<int32_t> d_ids(T * k);
+  gpu.forward(reinterpret_cast<const bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
+  const auto out = d_out.host();
+  const auto ids = d_ids.host();
+  const DeviceLoadCounts counts = gpu.read_counts(nullptr);
+
+  Compared c;
+  c.tokens = T;
+  double worst = 0, scale = 1e-30;
+  for (int64_t t = 0; t < T; ++t) {
+    bool same = true;
+    for (int64_t j = 0; j < k; ++j) same &= ids[t * k + j] == want.topk.ids.data_as<int32_t>()[t * k + j];
+    for (int64_t h = 0; h < H; ++h) {
+      const double g = out[t * H + h], w = want.hidden_states.data_as<float>()[t * H + h];
+      EXPECT_FALSE(std::isnan(g)) << "token " << t;
+      scale = std::max(scale, std::fabs(w));
+      if (same) worst = std::max(worst, std::fabs(g - w));
+    }
+    c.same_choices += same;
+  }
+  c.rel_error = worst / scale;
+  if (c.same_choices == T) {
+    EXPECT_EQ(counts.tokens_per_expert, want.stats.tokens_per_expert);
+    EXPECT_EQ(counts.dropped_per_expert, want.stats.dropped_per_expert);
+  }
+  return c;
+}
+
+void expect_agreement(const Compared& c, const std::string& what) {
+  EXPECT_LE(c.rel_error, 1e-2) << what;
+  EXPECT_GE(c.same_choices, c.tokens - std::max<int64_t>(1, c.tokens / 50)) << what;
+}
+
+TEST(CudaMoeLayer, EveryFamilyMatchesTheCpuLayer) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  for (const char* type : {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3"})
+    for (int64_t T : {1, 16, 97, 700}) {
+      const MoeConfig config = parse_moe_config(test::cuda_case_config(type, 256, 128, 64, 6));
+      const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
+      expect_agreement(run_both(config, weights, rng.normal_tensor({T, 256}), {}),
+                       std::string(type) + " T " + std::to_string(T));
+    }
+}
+
+TEST(CudaMoeLayer, OddShapesAndDeepSeekV3Routing) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  struct Shape {
+    int E, k;
+    int64_t T;
+  };
+  for (Shape s : {Shape{256, 8, 3}, Shape{256, 8, 131}, Shape{3, 2, 17}, Shape{5, 1, 1}, Shape{7, 3, 61}}) {
+    const MoeConfig config = parse_moe_config(test::cuda_case_config("deepseek_v3", 128, 64, s.E, s.k));
+    const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
+    expect_agreement(run_both(config, weights, rng.normal_tensor({s.T, 128}), {}),
+                     "E " + std::to_string(s.E) + " T " + std::to_string(s.T));
+  }
+}
+
+TEST(CudaMoeLayer, EveryTokenOnOneExpert) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  const MoeConfig config = parse_moe_config(test::cuda_case_config("qwen3_moe", 128, 64, 16, 1));
+  MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16);
+  weights.router = Tensor::zeros(DType::F32, {16, 128});
+  for (int64_t h = 0; h < 128; ++h) weights.router.data_as<float>()[5 * 128 + h] = 1.0f;
+  Tensor x = rng.normal_tensor({40, 128});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::fabs(x.data_as<float>()[i]) + 0.1f;
+  expect_agreement(run_both(config, weights, x, {}), "all on expert 5");
+  expect_agreement(run_both(config, weights, x, {.paradigm = Paradigm::padded, .capacity_factor = 1.0}),
+                   "all on expert 5, padded");
+}
+
+TEST(CudaMoeLayer, PaddedParadigmBothPolicies) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  for (const char* type : {"qwen2_moe", "deepseek_v3"})
+    for (double factor : {0.5, 1.0, 4.0})
+      for (OverflowPolicy policy : {OverflowPolicy::drop, OverflowPolicy::renormalize}) {
+        const MoeConfig config = parse_moe_config(test::cuda_case_config(type, 128, 64, 16, 4));
+        const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
+        expect_agreement(run_both(config, weights, rng.normal_tensor({50, 128}),
+                                  {.paradigm = Paradigm::padded, .capacity_factor = factor, .overflow = policy}),
+                         std::string(type) + " factor " + std::to_string(factor));
+      }
+}
+
+TEST(CudaMoeLayer, GraphReplayOnNewInputs) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  const MoeConfig config = parse_moe_config(test::cuda_case_config("deepseek_v3", 256, 128, 64, 6));
+  const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
+  const int64_t T = 33, H = 256, k = 6;
+  CudaMoeLayer gpu(config, weights, {.max_tokens = T});
+  test::Device<uint16_t> d_x(T * H);
+  test::Device<float> d_out(T * H), d_weights(T * k);
+  test::Device<int32_t> d_ids(T * k);
+  cudaStream_t stream;
+  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto forward = [&] {
+    gpu.forward(reinterpret_cast<const bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
+  };
+  forward();  // warm-up outside the capture (kernel attributes, cuBLAS heuristics)
+  MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  forward();
+  MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
+    MOE_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice));
+    MOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, T * H * sizeof(float)));  // NaN junk
+    MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto graph_out = d_out.host();
+    forward();  // eager, on the same input
+    MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto eager_out = d_out.host();
+    EXPECT_EQ(graph_out, eager_out) << "replay " << replay;
+    MoeLayer cpu_layer(config, weights);
+    const LayerOutput want = cpu_layer.forward(x.to_f32());
+    double worst = 0, scale = 1e-30;
+    for (int64_t i = 0; i < T * H; ++i) {
+      worst = std::max(worst, std::fabs(double{graph_out[i]} - want.hidden_states.data_as<float>()[i]));
+      scale = std::max(scale, std::fabs(double{want.hidden_states.data_as<float>()[i]}));
+    }
+    EXPECT_LE(worst / scale, 1e-2) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace moe::cuda

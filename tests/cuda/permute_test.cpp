@@ -1,0 +1,107 @@
+// The CUDA permute against cpu::permute_* (exact), contiguous and padded, both overflow policies.
+#include "cuda_test_util.h"
+#include "moe/cpu/ops.h"
+#include "moe/cuda/ops.h"
+#include "test_random.h"
+
+namespace moe::cuda {
+namespace {
+
+struct DevicePermute {
+  test::Device<int32_t> ints;
+  test::Device<float> weights;
+  test::Device<unsigned char> temp;
+  PermuteBuffers b{};
+  DevicePermute(int64_t max_pairs, int64_t max_rows, int E)
+      : ints(5 * E + 4 * max_pairs + max_rows + max_pairs), weights(max_pairs), temp(permute_sort_temp_bytes(max_pairs)) {
+    int32_t* p = ints.get();
+    auto carve = [&p](int64_t n) { return std::exchange(p, p + n); };
+    b.expert_counts = carve(E);
+    b.count_prefix = carve(E);
+    b.expert_offsets = carve(E);
+    b.segment_counts = carve(E);
+    b.dropped = carve(E);
+    b.sorted_keys = carve(max_pairs);
+    b.sorted_pairs = carve(max_pairs);
+    b.pair_iota = carve(max_pairs);
+    b.row_token = carve(max_rows);
+    b.pair_rows = carve(max_pairs);
+    b.pair_weights = weights.get();
+    b.sort_temp = temp.get();
+    b.sort_temp_bytes = permute_sort_temp_bytes(max_pairs);
+    fill_iota(b.pair_iota, max_pairs, nullptr);
+  }
+  std::vector<int32_t> host(const int32_t* ptr, int64_t n) const {
+    std::vector<int32_t> out(n);
+    MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    MOE_CUDA_CHECK(cudaMemcpy(out.data(), ptr, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    return out;
+  }
+};
+
+template <class T>
+std::vector<T> values(const Tensor& t) {
+  return {t.data_as<T>(), t.data_as<T>() + t.numel()};
+}
+
+TEST(CudaPermute, MatchesTheCpuPermute) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  for (int E : {1, 3, 8, 60, 256})
+    for (int64_t T : {1, 7, 97, 1000})
+      for (int64_t capacity : {int64_t{-1}, int64_t{0}, int64_t{1}, int64_t{5}})
+        for (bool renormalize : {false, true}) {
+          const int k = std::min(E, 8);
+          SCOPED_TRACE("E " + std::to_string(E) + " T " + std::to_string(T) + " capacity " + std::to_string(capacity));
+          // Skewed ids: a few hot experts, distinct within a token.
+          std::vector<int32_t> ids;
+          for (int64_t t = 0; t < T; ++t) {
+            std::vector<int32_t> row;
+            while (static_cast<int>(row.size()) < k) {
+              const int32_t e = static_cast<int32_t>(rng.uniform_int(0, 2) ? rng.uniform_int(0, std::min(E, 4) - 1)
+                                                                              : rng.uniform_int(0, E - 1));
+              if (std::find(row.begin(), row.end(), e) == row.end()) row.push_back(e);
+            }
+            ids.insert(ids.end(), row.begin(), row.end());
+          }
+          std::vector<float> weights(T * k);
+          for (auto& w : weights) w = std::fabs(rng.normal()) + 0.01f;
+          TopK topk{Tensor::empty(DType::I32, {T, k}), Tensor::from_f32({T, k}, weights)};
+          std::copy(ids.begin(), ids.end(), topk.ids.data_as<int32_t>());
+          const Tensor x = Tensor::zeros(DType::F32, {T, 1});
+          const OverflowPolicy policy = renormalize ? OverflowPolicy::renormalize : OverflowPolicy::drop;
+          const ExpertBatch want = capacity < 0 ? cpu::permute_contiguous(x, topk, E)
+                                                : cpu::permute_padded(x, topk, E, capacity, policy);
+          const int64_t rows = want.rows.size(0);
+          DevicePermute dev(T * k, std::max<int64_t>(rows, 1), E);
+          test::Device<int32_t> d_ids(ids);
+          test::Device<float> d_weights(weights);
+          permute(d_ids.get(), d_weights.get(), T, k, E, capacity, renormalize, dev.b, nullptr);
+          EXPECT_EQ(dev.host(dev.b.pair_rows, T * k), values<int32_t>(want.pair_rows));
+          EXPECT_EQ(dev.host(dev.b.row_token, rows), values<int32_t>(want.row_token));
+          const auto offsets = dev.host(dev.b.expert_offsets, E), counts = dev.host(dev.b.segment_counts, E);
+          const auto dropped = dev.host(dev.b.dropped, E);
+          for (int e = 0; e < E; ++e) {
+            EXPECT_EQ(offsets[e], want.expert_offsets.data_as<int64_t>()[e]);
+            EXPECT_EQ(counts[e], want.expert_counts.data_as<int64_t>()[e]);
+            EXPECT_EQ(dropped[e], want.dropped_per_expert.data_as<int64_t>()[e]);
+          }
+          std::vector<float> got_w(T * k);
+          MOE_CUDA_CHECK(cudaMemcpy(got_w.data(), dev.b.pair_weights, T * k * sizeof(float), cudaMemcpyDeviceToHost));
+          for (int64_t i = 0; i < T * k; ++i) ASSERT_NEAR(got_w[i], want.pair_weights.data_as<float>()[i], 1e-6);
+        }
+}
+
+TEST(CudaPermute, TileMapCoversEverySegmentOnce) {
+  MOE_SKIP_WITHOUT_GPU();
+  const std::vector<int32_t> offsets = {0, 5, 5, 40}, counts = {5, 0, 35, 17};
+  test::Device<int32_t> d_offsets(offsets), d_counts(counts), tile_expert(64), tile_row(64), n_tiles(1);
+  build_tiles(d_offsets.get(), d_counts.get(), 4, 16, tile_expert.get(), tile_row.get(), n_tiles.get(), 64, nullptr);
+  EXPECT_EQ(n_tiles.host()[0], 1 + 0 + 3 + 2);
+  const auto experts = tile_expert.host(), rows = tile_row.host();
+  EXPECT_EQ(std::vector<int32_t>(experts.begin(), experts.begin() + 6), (std::vector<int32_t>{0, 2, 2, 2, 3, 3}));
+  EXPECT_EQ(std::vector<int32_t>(rows.begin(), rows.begin() + 6), (std::vector<int32_t>{0, 5, 21, 37, 40, 56}));
+}
+
+}  // namespace
+}  // namespace moe::cuda
