@@ -1,0 +1,20 @@
+#pragma once
+// The machine's ceilings, measured in the same run as a benchmark (shared machines drift from minute to
+// minute): DRAM read bandwidth and the peak rate of the expert kernels' multiply instructions, on every
+// thread of the pool.
+
+#include <cstdint>
+
+#include "moe/cpu/fast_experts.h"
+
+namespace moe::cpu {
+
+// Bytes per second reading a buffer of `bytes` (much larger than the last-level cache; every cache line
+// read once per pass), split across the pool's threads; best of `passes`.
+double measure_read_bandwidth(int64_t bytes = int64_t{1} << 30, int passes = 3);
+
+// Flop/s of the ISA's dot instruction on all threads (bf16: vdpbf16ps, 64 flops each; int8: vpdpbusd,
+// 128 ops each; AVX2: fp32 FMA, 16 flops each), 24 independent accumulators per thread, best of `passes`.
+double measure_peak_flops(Isa isa, WeightFormat format, int passes = 3);
+
+}  // namespace moe::cpu

@@ -1,0 +1,123 @@
+// Ceilings for the benchmark's floor: read bandwidth and the dot instructions' peak rate.
+#include "moe/cpu/ceilings.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "moe/core/tensor.h"
+#include "moe/core/thread_pool.h"
+
+namespace moe::cpu {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Sums 64-bit words of [p, p + n): every cache line is touched; four chains keep loads in flight.
+__attribute__((target_clones("avx512f", "arch=haswell", "default"))) uint64_t read_sum(const uint64_t* p, int64_t n) {
+  uint64_t acc[8] = {};
+  for (int64_t i = 0; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] ^= p[i + l];
+  uint64_t s = 0;
+  for (uint64_t a : acc) s ^= a;
+  return s;
+}
+
+constexpr int64_t kPeakIterations = 1 << 22;
+constexpr int kChains = 24;
+
+#pragma GCC push_options
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vnni")
+float peak_loop_avx512(bool int8) {
+  __m512 acc[kChains];
+  __m512i iacc[kChains];
+  for (int c = 0; c < kChains; ++c) {
+    acc[c] = _mm512_setzero_ps();
+    iacc[c] = _mm512_setzero_si512();
+  }
+  const __m512i a = _mm512_set1_epi32(0x3f803f80), b = _mm512_set1_epi32(0x3c003c00);
+  if (int8) {
+    for (int64_t i = 0; i < kPeakIterations; ++i)
+#pragma GCC unroll 24
+      for (int c = 0; c < kChains; ++c) iacc[c] = _mm512_dpbusd_epi32(iacc[c], a, b);
+  } else {
+    for (int64_t i = 0; i < kPeakIterations; ++i)
+#pragma GCC unroll 24
+      for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], (__m512bh)a, (__m512bh)b);
+  }
+  float s = 0;
+  for (int c = 0; c < kChains; ++c) s += _mm512_reduce_add_ps(acc[c]) + float(_mm512_reduce_add_epi32(iacc[c]));
+  return s;
+}
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+float peak_loop_avx2() {
+  __m256 acc[12];
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  const __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(1e-9f);
+  for (int64_t i = 0; i < kPeakIterations; ++i)
+#pragma GCC unroll 12
+    for (int c = 0; c < 12; ++c) acc[c] = _mm256_fmadd_ps(a, b, acc[c]);
+  float out[8], s = 0;
+  for (auto& v : acc) {
+    _mm256_storeu_ps(out, v);
+    for (float f : out) s += f;
+  }
+  return s;
+}
+#pragma GCC pop_options
+
+}  // namespace
+
+double measure_read_bandwidth(int64_t bytes, int passes) {
+  ThreadPool& pool = ThreadPool::global();
+  const int n_threads = pool.size();
+  Tensor buffer = Tensor::empty(DType::I64, {bytes / 8});
+  const int64_t words = buffer.numel();
+  uint64_t* data = static_cast<uint64_t*>(buffer.data());
+  pool.parallel_for(n_threads, 1, [&](int64_t t0, int64_t t1) {  // fault the pages in on their readers
+    for (int64_t t = t0; t < t1; ++t) std::memset(data + words / n_threads * t, 1, words / n_threads * 8);
+  });
+  double best = 0;
+  std::vector<uint64_t> sink(n_threads);
+  for (int pass = 0; pass < passes; ++pass) {
+    const auto start = Clock::now();
+    pool.parallel_for(n_threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) sink[t] = read_sum(data + words / n_threads * t, words / n_threads);
+    });
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    best = std::max(best, double(words / n_threads * n_threads * 8) / seconds);
+  }
+  return best;
+}
+
+double measure_peak_flops(Isa isa, WeightFormat format, int passes) {
+  ThreadPool& pool = ThreadPool::global();
+  const int n_threads = pool.size();
+  const bool int8 = format == WeightFormat::int8;
+  const double per_thread = isa == Isa::avx512 ? double(kPeakIterations) * kChains * (int8 ? 128 : 64)
+                                               : double(kPeakIterations) * 12 * 16;
+  double best = 0;
+  std::vector<float> sink(n_threads);
+  for (int pass = 0; pass < passes; ++pass) {
+    const auto start = Clock::now();
+    pool.parallel_for(n_threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) sink[t] = isa == Isa::avx512 ? peak_loop_avx512(int8) : peak_loop_avx2();
+    });
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    best = std::max(best, per_thread * n_threads / seconds);
+  }
+  return best;
+}
+
+}  // namespace moe::cpu

@@ -1,0 +1,260 @@
+// The fast CPU experts' driver: ISA choice, activation rounding/quantisation, and the two scheduled passes
+// (gate+up by work items, down by hidden rows) over the micro-kernels of fast_kernels_*.cpp.
+#include "moe/cpu/fast_experts.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fast_kernels.h"
+#include "moe/core/float_convert.h"
+#include "moe/core/thread_pool.h"
+
+namespace moe::cpu {
+
+namespace {
+
+bool cpu_has_avx512_bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
+         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
+}
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+// k chunk of the down projection: 64 rows × 8192 bf16 = 1 MiB, which stays in L2 while a prefill's token
+// panels reuse it (Mixtral's I = 14336 would not).
+constexpr int64_t kDownChunkPairs = 4096;
+
+// Splits [0, n) items with the given costs into `parts` contiguous ranges of about equal total cost.
+std::vector<int64_t> balanced_bounds(const std::vector<double>& cost, int parts) {
+  double total = 0;
+  for (double c : cost) total += c;
+  std::vector<int64_t> bounds(parts + 1, static_cast<int64_t>(cost.size()));
+  bounds[0] = 0;
+  double prefix = 0;
+  int part = 1;
+  for (size_t i = 0; i < cost.size() && part < parts; ++i) {
+    // item i goes to the part its midpoint falls in
+    const double mid = prefix + cost[i] / 2;
+    while (part < parts && mid >= total * part / parts) bounds[part++] = static_cast<int64_t>(i);
+    prefix += cost[i];
+  }
+  return bounds;
+}
+
+// Token rows split into panels of at most `panel`, sizes as even as possible (32 tokens: 6,6,5,5,5,5).
+template <class F>
+void for_each_panel(int64_t count, int panel, const F& f) {
+  const int64_t n_panels = (count + panel - 1) / panel;
+  int64_t begin = 0;
+  for (int64_t p = 0; p < n_panels; ++p) {
+    const int64_t size = count / n_panels + (p < count % n_panels ? 1 : 0);
+    f(begin, static_cast<int>(size));
+    begin += size;
+  }
+}
+
+// Per-token symmetric int8 of a row of n values, stored as u8 = q + 128 (vpdpbusd multiplies u8 by s8).
+float quantize_row_u8(const float* v, int64_t n, int64_t n_pad, uint8_t* q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    q[i] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(v[i] * inverse)) + 128);
+  for (int64_t i = n; i < n_pad; ++i) q[i] = 128;
+  return amax / 127.0f;
+}
+
+}  // namespace
+
+float silu_mul_scalar(float g, float u) { return g * u / (1.0f + std::exp(-g)); }
+
+Isa detect_isa() {
+  const bool avx512 = cpu_has_avx512_bf16();
+  if (const char* env = std::getenv("MOE_CPU_ISA"); env && *env) {
+    const std::string want = env;
+    if (want == "avx2") {
+      MOE_CHECK(cpu_has_avx2(), "MOE_CPU_ISA=avx2 but this CPU lacks AVX2/FMA");
+      return Isa::avx2;
+    }
+    MOE_CHECK(want == "avx512", "MOE_CPU_ISA must be avx2 or avx512, got '{}'", want);
+    MOE_CHECK(avx512, "MOE_CPU_ISA=avx512 but this CPU lacks AVX-512 BF16/VNNI");
+    return Isa::avx512;
+  }
+  if (avx512) return Isa::avx512;
+  MOE_CHECK(cpu_has_avx2(), "the fast CPU experts need AVX2 and FMA; use the reference experts on this CPU");
+  return Isa::avx2;
+}
+
+std::string_view isa_name(Isa isa) { return isa == Isa::avx512 ? "avx512-bf16" : "avx2-fma"; }
+
+void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor& x, Tensor& out, Isa isa) {
+  MOE_CHECK(x.dim() == 2 && x.dtype() == DType::F32 && x.is_contiguous(), "fast experts expect contiguous F32 x [T, H]");
+  MOE_CHECK(out.shape() == x.shape() && out.dtype() == DType::F32 && out.is_contiguous(),
+            "fast experts' output {} does not match x {}", out.shape_string(), x.shape_string());
+  const int64_t T = x.size(0), H = x.size(1);
+  std::vector<ExpertRows> segs;  // the segments with rows
+  for (const ExpertRows& s : all_segments)
+    if (s.count > 0) segs.push_back(s);
+  if (segs.empty()) return;
+  const WeightFormat format = segs[0].expert->format;
+  const int64_t Hp = segs[0].expert->hidden_pad;
+  for (const ExpertRows& s : segs) {
+    MOE_CHECK(s.expert->hidden == H && s.expert->format == format, "expert of hidden size {} ({}) given x of {} ({})",
+              s.expert->hidden, weight_format_name(s.expert->format), H, weight_format_name(format));
+    for (int64_t i = 0; i < s.count; ++i)
+      MOE_CHECK(s.token[i] >= 0 && s.token[i] < T, "expert row {} names token {} of {}", i, s.token[i], T);
+  }
+  const KernelTable& kernels = isa == Isa::avx512 ? avx512_kernels() : avx2_kernels();
+  ThreadPool& pool = ThreadPool::global();
+  const int n_threads = pool.size();
+  const bool bf16 = format == WeightFormat::bf16;
+
+  // Pass 0: the tokens' activations, [T, Hp] bf16, or u8 + a scale per token.
+  Tensor xq = Tensor::empty(bf16 ? DType::BF16 : DType::U8, {T, Hp});
+  std::vector<float> x_scale(bf16 ? 0 : T);
+  const float* xf = x.data_as<float>();
+  pool.parallel_for(T, std::max<int64_t>(1, 4096 / H), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      if (bf16) {
+        uint16_t* row = static_cast<uint16_t*>(xq.data()) + t * Hp;
+        for (int64_t h = 0; h < H; ++h) row[h] = f32_to_bf16(xf[t * H + h]);
+        std::fill(row + H, row + Hp, uint16_t{0});
+      } else {
+        x_scale[t] = quantize_row_u8(xf + t * H, H, Hp, static_cast<uint8_t*>(xq.data()) + t * Hp);
+      }
+    }
+  });
+  auto x_row = [&](int32_t token) {
+    return reinterpret_cast<const uint32_t*>(static_cast<const char*>(xq.data()) + token * Hp * (bf16 ? 2 : 1));
+  };
+
+  // Activations of every (segment, row): bf16 [rows, I_pad], or fp32 then u8 for int8.
+  std::vector<int64_t> act_offset(segs.size() + 1, 0);  // in elements
+  for (size_t s = 0; s < segs.size(); ++s)
+    act_offset[s + 1] = act_offset[s] + segs[s].count * segs[s].expert->intermediate_pad;
+  Tensor act = Tensor::empty(bf16 ? DType::BF16 : DType::F32, {act_offset.back()});
+
+  // Pass 1: gate + up + SwiGLU. Work items (segment, block of 32 intermediate values), costed by estimated
+  // time: streaming the block's weights (bandwidth) plus its flops (compute).
+  struct Item {
+    int32_t segment;
+    int32_t block;
+  };
+  std::vector<Item> items;
+  std::vector<double> cost;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const PackedExpert& e = *segs[s].expert;
+    // NOTE: about 12 flops per weight byte balance this machine's bf16 peak against DRAM bandwidth.
+    const double block_cost = 12.0 * kBlockRows * Hp * (bf16 ? 2 : 1) + 2.0 * kBlockRows * Hp * segs[s].count;
+    for (int64_t b = 0; b < e.gate_up.n_blocks; ++b) {
+      items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(b)});
+      cost.push_back(block_cost);
+    }
+  }
+  const std::vector<int64_t> bounds = balanced_bounds(cost, n_threads);
+  pool.parallel_for(n_threads, 1, [&](int64_t part0, int64_t part1) {
+    for (int64_t part = part0; part < part1; ++part)
+      for (int64_t it = bounds[part]; it < bounds[part + 1]; ++it) {
+        const ExpertRows& s = segs[items[it].segment];
+        const PackedExpert& e = *s.expert;
+        const int64_t b = items[it].block;
+        for_each_panel(s.count, kernels.panel, [&](int64_t begin, int n) {
+          if (bf16) {
+            GateUpBf16Args a{.w = e.gate_up.bf16_block(b), .k_pairs = Hp / 2, .x = {}, .act = {}, .n = n};
+            for (int i = 0; i < n; ++i) {
+              a.x[i] = x_row(s.token[begin + i]);
+              a.act[i] = static_cast<uint16_t*>(act.data()) + act_offset[items[it].segment] +
+                         (begin + i) * e.intermediate_pad + b * kGateUpCols;
+            }
+            kernels.gate_up_bf16(a);
+          } else {
+            GateUpInt8Args a{.w = e.gate_up.int8_block(b), .k_quads = Hp / 4,
+                             .w_scale = e.gate_up.scale.data() + b * kBlockRows,
+                             .w_comp = e.gate_up.comp.data() + b * kBlockRows, .x = {}, .x_scale = {}, .act = {}, .n = n};
+            for (int i = 0; i < n; ++i) {
+              a.x[i] = x_row(s.token[begin + i]);
+              a.x_scale[i] = x_scale[s.token[begin + i]];
+              a.act[i] = act.data_as<float>() + act_offset[items[it].segment] + (begin + i) * e.intermediate_pad +
+                         b * kGateUpCols;
+            }
+            kernels.gate_up_int8(a);
+          }
+        });
+      }
+  });
+
+  // int8: the activations quantised per row for the down projection.
+  Tensor act_q;
+  std::vector<float> act_scale;
+  std::vector<int64_t> row_segment;  // segment of each act row
+  if (!bf16) {
+    std::vector<int64_t> row_begin(segs.size() + 1, 0);
+    for (size_t s = 0; s < segs.size(); ++s) row_begin[s + 1] = row_begin[s] + segs[s].count;
+    act_q = Tensor::empty(DType::U8, {act_offset.back()});
+    act_scale.resize(row_begin.back());
+    pool.parallel_for(static_cast<int64_t>(segs.size()), 1, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) {
+        const int64_t Ip = segs[s].expert->intermediate_pad, I = segs[s].expert->intermediate;
+        for (int64_t i = 0; i < segs[s].count; ++i)
+          act_scale[row_begin[s] + i] = quantize_row_u8(act.data_as<float>() + act_offset[s] + i * Ip, I, Ip,
+                                                        static_cast<uint8_t*>(act_q.data()) + act_offset[s] + i * Ip);
+      }
+    });
+    row_segment = std::move(row_begin);
+  }
+
+  // Pass 2: down, the threads splitting the hidden rows; each token's experts added in segment order.
+  float* y = out.data_as<float>();
+  const int64_t n_blocks = Hp / kBlockRows;
+  pool.parallel_for(n_blocks, (n_blocks + n_threads - 1) / n_threads, [&](int64_t b0, int64_t b1) {
+    for (size_t si = 0; si < segs.size(); ++si) {
+      const ExpertRows& s = segs[si];
+      const PackedExpert& e = *s.expert;
+      const int64_t Ip = e.intermediate_pad;
+      for (int64_t b = b0; b < b1; ++b) {
+        const int valid = static_cast<int>(std::min<int64_t>(kBlockRows, H - b * kBlockRows));
+        if (bf16) {
+          for (int64_t p0 = 0; p0 < Ip / 2; p0 += kDownChunkPairs) {
+            const int64_t pairs = std::min(kDownChunkPairs, Ip / 2 - p0);
+            for_each_panel(s.count, kernels.panel, [&](int64_t begin, int n) {
+              DownBf16Args a{.w = e.down.bf16_block(b) + p0 * 2 * kBlockRows, .k_pairs = pairs, .x = {}, .out = {},
+                             .weight = {}, .valid_rows = valid, .n = n};
+              for (int i = 0; i < n; ++i) {
+                a.x[i] = reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(act.data()) + act_offset[si] +
+                                                           (begin + i) * Ip) + p0;
+                a.out[i] = y + s.token[begin + i] * H + b * kBlockRows;
+                a.weight[i] = s.weight[begin + i];
+              }
+              kernels.down_bf16(a);
+            });
+          }
+        } else {
+          for_each_panel(s.count, kernels.panel, [&](int64_t begin, int n) {
+            DownInt8Args a{.w = e.down.int8_block(b), .k_quads = Ip / 4, .w_scale = e.down.scale.data() + b * kBlockRows,
+                           .w_comp = e.down.comp.data() + b * kBlockRows, .x = {}, .x_scale = {}, .out = {},
+                           .weight = {}, .valid_rows = valid, .n = n};
+            for (int i = 0; i < n; ++i) {
+              a.x[i] = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(act_q.data()) + act_offset[si] +
+                                                         (begin + i) * Ip);
+              a.x_scale[i] = act_scale[row_segment[si] + begin + i];
+              a.out[i] = y + s.token[begin + i] * H + b * kBlockRows;
+              a.weight[i] = s.weight[begin + i];
+            }
+            kernels.down_int8(a);
+          });
+        }
+      }
+    }
+  });
+}
+
+}  // namespace moe::cpu

@@ -1,0 +1,193 @@
+// AVX-512 micro-kernels of the fast CPU experts: one block of 64 weight rows × a panel of up to 6 tokens,
+// 24 independent accumulators (vdpbf16ps / vpdpbusd have a latency of several cycles at one issue per cycle:
+// fewer chains leave the unit idle). Layout and arguments: fast_kernels.h.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "fast_kernels.h"
+
+// NOTE: everything below is compiled for AVX-512; only the dispatcher calls it, after checking cpuid.
+// Standard headers stay above the pragma so that no inline library code is built for this target.
+#pragma GCC push_options
+// NOTE: GCC 12's AVX-512 intrinsics start from _mm512_undefined_*, which -Wuninitialized misreports.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,fma")
+
+namespace moe::cpu {
+
+namespace {
+
+constexpr int kTiles = kBlockRows / 16;
+// How far ahead (in elements of the block stream) the decode kernels prefetch: 4 KiB, a few DRAM latencies
+// of streaming at this core's share of the bandwidth.
+constexpr int64_t kPrefetchBytes = 4096;
+
+// exp(x) for silu: Cody-Waite reduction by ln 2, degree-6 Taylor on [-ln2/2, ln2/2] (relative error ~2e-7),
+// 2^n applied with scalef (which saturates to 0 / inf without integer tricks).
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-100.0f)), _mm512_set1_ps(100.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.4426950409f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// silu(g) * u = g * u / (1 + exp(-g))
+inline __m512 silu_mul_ps(__m512 g, __m512 u) {
+  const __m512 denominator = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g)));
+  return _mm512_div_ps(_mm512_mul_ps(g, u), denominator);
+}
+
+// acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs (bf16) or quads (int8).
+template <int N, bool kBf16, class W>
+[[gnu::always_inline]] inline void dot_block(const W* w, int64_t k_steps, const uint32_t* const* x_in,
+                                             __m512i (&acc)[kTiles][N]) {
+  const uint32_t* x[N];
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) x[n] = x_in[n];
+#pragma GCC unroll 8
+  for (int r = 0; r < kTiles; ++r)
+#pragma GCC unroll 8
+    for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_si512();
+  const char* stream = reinterpret_cast<const char*>(w);
+  for (int64_t p = 0; p < k_steps; ++p, stream += kBlockRows * 4) {
+    if constexpr (N <= 2) {
+      // NOTE: decode is bandwidth-bound; the weights are read once, so fetch them ahead of use.
+#pragma GCC unroll 4
+      for (int line = 0; line < 4; ++line) _mm_prefetch(stream + kPrefetchBytes + 64 * line, _MM_HINT_T0);
+    }
+    __m512i wv[kTiles];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTiles; ++r) wv[r] = _mm512_loadu_si512(stream + 64 * r);
+#pragma GCC unroll 8
+    for (int n = 0; n < N; ++n) {
+      const __m512i b = _mm512_set1_epi32(static_cast<int>(x[n][p]));
+#pragma GCC unroll 8
+      for (int r = 0; r < kTiles; ++r) {
+        if constexpr (kBf16)
+          acc[r][n] = _mm512_castps_si512(
+              _mm512_dpbf16_ps(_mm512_castsi512_ps(acc[r][n]), (__m512bh)wv[r], (__m512bh)b));
+        else
+          acc[r][n] = _mm512_dpbusd_epi32(acc[r][n], b, wv[r]);  // u8 activations × s8 weights
+      }
+    }
+  }
+}
+
+inline void add_scaled_rows(float* out, const __m512 (&v)[kTiles], float weight, int valid_rows) {
+  const __m512 w = _mm512_set1_ps(weight);
+#pragma GCC unroll 8
+  for (int r = 0; r < kTiles; ++r) {
+    const int valid = valid_rows - 16 * r;
+    if (valid >= 16) {
+      _mm512_storeu_ps(out + 16 * r, _mm512_fmadd_ps(w, v[r], _mm512_loadu_ps(out + 16 * r)));
+    } else if (valid > 0) {
+      const __mmask16 m = static_cast<__mmask16>((1u << valid) - 1);
+      _mm512_mask_storeu_ps(out + 16 * r, m, _mm512_fmadd_ps(w, v[r], _mm512_maskz_loadu_ps(m, out + 16 * r)));
+    }
+  }
+}
+
+template <int N>
+void gate_up_bf16(const GateUpBf16Args& a) {
+  __m512i acc[kTiles][N];
+  dot_block<N, true>(a.w, a.k_pairs, a.x, acc);
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) {
+    const __m512 h0 = silu_mul_ps(_mm512_castsi512_ps(acc[0][n]), _mm512_castsi512_ps(acc[2][n]));
+    const __m512 h1 = silu_mul_ps(_mm512_castsi512_ps(acc[1][n]), _mm512_castsi512_ps(acc[3][n]));
+    _mm512_storeu_si512(a.act[n], (__m512i)_mm512_cvtne2ps_pbh(h1, h0));  // RNE; h0 in the low half
+  }
+}
+
+template <int N>
+void down_bf16(const DownBf16Args& a) {
+  __m512i acc[kTiles][N];
+  dot_block<N, true>(a.w, a.k_pairs, a.x, acc);
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) {
+    const __m512 v[kTiles] = {_mm512_castsi512_ps(acc[0][n]), _mm512_castsi512_ps(acc[1][n]),
+                              _mm512_castsi512_ps(acc[2][n]), _mm512_castsi512_ps(acc[3][n])};
+    add_scaled_rows(a.out[n], v, a.weight[n], a.valid_rows);
+  }
+}
+
+// (acc - comp) · w_scale · x_scale for tile r
+inline __m512 dequant(__m512i acc, const float* w_scale, const int32_t* w_comp, int r, float x_scale) {
+  const __m512i centred = _mm512_sub_epi32(acc, _mm512_loadu_si512(w_comp + 16 * r));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(centred),
+                       _mm512_mul_ps(_mm512_loadu_ps(w_scale + 16 * r), _mm512_set1_ps(x_scale)));
+}
+
+template <int N>
+void gate_up_int8(const GateUpInt8Args& a) {
+  __m512i acc[kTiles][N];
+  dot_block<N, false>(a.w, a.k_quads, a.x, acc);
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) {
+    __m512 v[kTiles];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTiles; ++r) v[r] = dequant(acc[r][n], a.w_scale, a.w_comp, r, a.x_scale[n]);
+    _mm512_storeu_ps(a.act[n], silu_mul_ps(v[0], v[2]));
+    _mm512_storeu_ps(a.act[n] + 16, silu_mul_ps(v[1], v[3]));
+  }
+}
+
+template <int N>
+void down_int8(const DownInt8Args& a) {
+  __m512i acc[kTiles][N];
+  dot_block<N, false>(a.w, a.k_quads, a.x, acc);
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) {
+    __m512 v[kTiles];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTiles; ++r) v[r] = dequant(acc[r][n], a.w_scale, a.w_comp, r, a.x_scale[n]);
+    add_scaled_rows(a.out[n], v, a.weight[n], a.valid_rows);
+  }
+}
+
+// One switch turns the panel size into the template parameter.
+template <template <int> class K, class Args>
+void by_panel(const Args& a) {
+  switch (a.n) {
+    case 1: return K<1>::run(a);
+    case 2: return K<2>::run(a);
+    case 3: return K<3>::run(a);
+    case 4: return K<4>::run(a);
+    case 5: return K<5>::run(a);
+    default: return K<6>::run(a);
+  }
+}
+template <int N> struct GateUpBf16 { static void run(const GateUpBf16Args& a) { gate_up_bf16<N>(a); } };
+template <int N> struct DownBf16 { static void run(const DownBf16Args& a) { down_bf16<N>(a); } };
+template <int N> struct GateUpInt8 { static void run(const GateUpInt8Args& a) { gate_up_int8<N>(a); } };
+template <int N> struct DownInt8 { static void run(const DownInt8Args& a) { down_int8<N>(a); } };
+
+}  // namespace
+
+const KernelTable& avx512_kernels() {
+  static const KernelTable table{
+      .panel = kMaxPanel,
+      .gate_up_bf16 = &by_panel<GateUpBf16, GateUpBf16Args>,
+      .down_bf16 = &by_panel<DownBf16, DownBf16Args>,
+      .gate_up_int8 = &by_panel<GateUpInt8, GateUpInt8Args>,
+      .down_int8 = &by_panel<DownInt8, DownInt8Args>,
+  };
+  return table;
+}
+
+}  // namespace moe::cpu
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options

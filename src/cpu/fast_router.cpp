@@ -1,0 +1,74 @@
+// Router logits with the reference's precision (fp64 accumulation, one rounding), but blocked 4 tokens ×
+// 4 experts so each loaded row is used four times, and compiled for the widest vector unit present.
+#include <algorithm>
+#include <vector>
+
+#include "moe/core/float_convert.h"
+#include "moe/core/thread_pool.h"
+#include "moe/cpu/fast_experts.h"
+
+namespace moe::cpu {
+
+namespace {
+
+constexpr int kBlock = 4;
+constexpr int kLanes = 8;
+
+// out[t][e] for nt <= 4 tokens and ne <= 4 experts; x rows and w rows have H floats.
+// NOTE: the lane loop is what the compiler vectorises (8 doubles: one zmm, or two ymm).
+__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void dot_block_f64(
+    const float* const* x, int nt, const float* const* w, int ne, int64_t H, double (*out)[kBlock]) {
+  double acc[kBlock][kBlock][kLanes] = {};
+  int64_t h = 0;
+  for (; h + kLanes <= H; h += kLanes)
+    for (int t = 0; t < kBlock; ++t)
+      for (int e = 0; e < kBlock; ++e)
+        for (int l = 0; l < kLanes; ++l) acc[t][e][l] += double{x[t][h + l]} * double{w[e][h + l]};
+  for (int t = 0; t < kBlock; ++t)
+    for (int e = 0; e < kBlock; ++e) {
+      double sum = 0;
+      for (int64_t i = h; i < H; ++i) sum += double{x[t][i]} * double{w[e][i]};
+      for (int l = 0; l < kLanes; ++l) sum += acc[t][e][l];
+      out[t][e] = sum;
+    }
+  (void)nt;
+  (void)ne;
+}
+
+}  // namespace
+
+Tensor router_logits_fast(const Tensor& x, const Tensor& gate_weight) {
+  MOE_CHECK(x.dim() == 2 && x.dtype() == DType::F32 && x.is_contiguous(), "router expects contiguous F32 x [T, H]");
+  const int64_t T = x.size(0), H = x.size(1);
+  MOE_CHECK(gate_weight.dim() == 2 && gate_weight.size(1) == H && gate_weight.dtype() == DType::F32 &&
+                gate_weight.is_contiguous(),
+            "fast router expects a contiguous F32 gate weight [E, {}], got {} {}", H, dtype_name(gate_weight.dtype()),
+            gate_weight.shape_string());
+  const int64_t E = gate_weight.size(0);
+  Tensor logits = Tensor::empty(DType::F32, {T, E});  // [T, E]
+  const float* xs = x.data_as<float>();
+  const float* ws = gate_weight.data_as<float>();
+  float* out = logits.data_as<float>();
+  const int64_t t_blocks = (T + kBlock - 1) / kBlock, e_blocks = (E + kBlock - 1) / kBlock;
+  // NOTE: padding rows of a partial block repeat the last real row; their results are discarded.
+  ThreadPool::global().parallel_for(t_blocks * e_blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t t0 = b / e_blocks * kBlock, e0 = b % e_blocks * kBlock;
+      const int nt = static_cast<int>(std::min<int64_t>(kBlock, T - t0));
+      const int ne = static_cast<int>(std::min<int64_t>(kBlock, E - e0));
+      const float* xr[kBlock];
+      const float* wr[kBlock];
+      for (int i = 0; i < kBlock; ++i) {
+        xr[i] = xs + (t0 + std::min(i, nt - 1)) * H;
+        wr[i] = ws + (e0 + std::min(i, ne - 1)) * H;
+      }
+      double result[kBlock][kBlock];
+      dot_block_f64(xr, nt, wr, ne, H, result);
+      for (int t = 0; t < nt; ++t)
+        for (int e = 0; e < ne; ++e) out[(t0 + t) * E + e0 + e] = static_cast<float>(result[t][e]);
+    }
+  });
+  return logits;
+}
+
+}  // namespace moe::cpu
