@@ -20,6 +20,7 @@ struct DemoArgs {
   int64_t tokens = 512, hidden = 1024, intermediate = 256;
   double capacity_factor = 1.0;
   uint64_t seed = 1;
+  std::string cpu_experts = "fast", cpu_weights = "bf16";
 };
 
 nlohmann::json deepseek_v3_config(const DemoArgs& a) {
@@ -60,7 +61,14 @@ void print_routing_report(const routing::LoadStats& s, int n_group) {
 void run_demo(const DemoArgs& a) {
   MOE_CHECK(a.tokens >= 1 && a.hidden >= 1 && a.intermediate >= 1, "demo sizes must be positive");
   const MoeConfig config = parse_moe_config(deepseek_v3_config(a));
-  fmt::print("moe demo: a DeepSeek-V3-shaped MoE layer with random BF16 weights on the CPU reference backend\n");
+  MOE_CHECK(a.cpu_weights == "bf16" || a.cpu_experts == "fast",
+            "--cpu-weights {} needs the fast CPU experts (drop --cpu-experts reference)", a.cpu_weights);
+  const bool fast = a.cpu_experts == "fast";
+  const LayerOptions base{.cpu_experts = fast ? CpuExperts::fast : CpuExperts::reference,
+                          .cpu_weights = a.cpu_weights == "int8" ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16};
+  fmt::print("moe demo: a DeepSeek-V3-shaped MoE layer with random BF16 weights on the CPU, {} experts{}\n",
+             fast ? "fast" : "reference",
+             fast ? fmt::format(" ({} weights, {})", a.cpu_weights, cpu::isa_name(cpu::detect_isa())) : "");
   fmt::print("  {} routed experts in {} groups ({} kept), top-{}, sigmoid + correction bias (noaux_tc), scaling {}\n",
              config.router.n_experts, config.router.n_group, config.router.topk_group, config.router.top_k,
              config.router.routed_scaling_factor);
@@ -77,12 +85,17 @@ void run_demo(const DemoArgs& a) {
     LayerOptions options;
     LayerOutput out;
   };
+  auto with = [&](Paradigm paradigm, OverflowPolicy overflow) {
+    LayerOptions o = base;
+    o.paradigm = paradigm;
+    o.capacity_factor = a.capacity_factor;
+    o.overflow = overflow;
+    return o;
+  };
   std::vector<Run> runs = {
-      {"contiguous", {.paradigm = Paradigm::contiguous}, {}},
-      {"padded/drop", {.paradigm = Paradigm::padded, .capacity_factor = a.capacity_factor}, {}},
-      {"padded/renormalize",
-       {.paradigm = Paradigm::padded, .capacity_factor = a.capacity_factor, .overflow = OverflowPolicy::renormalize},
-       {}},
+      {"contiguous", with(Paradigm::contiguous, OverflowPolicy::drop), {}},
+      {"padded/drop", with(Paradigm::padded, OverflowPolicy::drop), {}},
+      {"padded/renormalize", with(Paradigm::padded, OverflowPolicy::renormalize), {}},
   };
   for (Run& run : runs) run.out = MoeLayer(config, weights, run.options).forward(x);
 
@@ -117,6 +130,20 @@ void run_demo(const DemoArgs& a) {
              setup_ms + runs[0].out.timings.total_ms() + runs[1].out.timings.total_ms() +
                  runs[2].out.timings.total_ms());
   MOE_CHECK(mismatched == 0, "the padded paradigm disagrees with the contiguous one on {} tokens", mismatched);
+
+  if (base.cpu_weights == cpu::WeightFormat::int8) {
+    // The int8 weights' error against the bf16 fast path on the same input (normwise, relative).
+    LayerOptions bf16 = base;
+    bf16.cpu_weights = cpu::WeightFormat::bf16;
+    const Tensor want = MoeLayer(config, weights, bf16).forward(x).hidden_states;
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double d = double{reference[i]} - want.data_as<float>()[i];
+      diff += d * d;
+      norm += double{want.data_as<float>()[i]} * want.data_as<float>()[i];
+    }
+    fmt::print("int8 vs bf16 weights: normwise relative error {:.2e}\n", std::sqrt(diff / std::max(norm, 1e-300)));
+  }
 }
 
 }  // namespace
@@ -131,6 +158,12 @@ Run add_demo_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "random seed")->capture_default_str();
+  cmd->add_option("--cpu-experts", args->cpu_experts, "fast (the default) or reference (fp64-accumulated oracle)")
+      ->check(CLI::IsMember({"fast", "reference"}))
+      ->capture_default_str();
+  cmd->add_option("--cpu-weights", args->cpu_weights, "fast experts' weights: bf16 or int8 (quantised at load)")
+      ->check(CLI::IsMember({"bf16", "int8"}))
+      ->capture_default_str();
   return [args] { run_demo(*args); };
 }
 

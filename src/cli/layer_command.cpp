@@ -15,16 +15,21 @@ namespace {
 struct LayerArgs {
   std::string config, weights, input, output, prefix, stats;
   std::string paradigm = "contiguous", overflow = "drop", backend = "cpu";
+  std::string cpu_experts = "fast", cpu_weights = "bf16";
   double capacity_factor = 1.0;
 };
 
 void run_layer(const LayerArgs& a) {
+  MOE_CHECK(a.cpu_weights == "bf16" || a.cpu_experts == "fast",
+            "--cpu-weights {} needs the fast CPU experts (drop --cpu-experts reference)", a.cpu_weights);
   const MoeConfig config = load_moe_config(a.config);
   const Checkpoint checkpoint = Checkpoint::open(a.weights);
   LayerOptions options{.paradigm = a.paradigm == "padded" ? Paradigm::padded : Paradigm::contiguous,
                        .capacity_factor = a.capacity_factor,
                        .overflow = a.overflow == "renormalize" ? OverflowPolicy::renormalize : OverflowPolicy::drop,
-                       .backend = Backend::cpu};
+                       .backend = Backend::cpu,
+                       .cpu_experts = a.cpu_experts == "reference" ? CpuExperts::reference : CpuExperts::fast,
+                       .cpu_weights = a.cpu_weights == "int8" ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16};
   MoeLayer layer(config, load_moe_weights(checkpoint, a.prefix, config), options);
 
   const SafetensorsFile input = SafetensorsFile::open(a.input);
@@ -64,6 +69,13 @@ Run add_layer_command(CLI::App& app) {
       ->check(CLI::IsMember({"drop", "renormalize"}));
   cmd->add_option("--stats", args->stats, "write per-expert load statistics as JSON");
   cmd->add_option("--backend", args->backend, "compute backend")->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--cpu-experts", args->cpu_experts,
+                  "fast (bf16/int8 kernels, the default) or reference (fp64-accumulated oracle)")
+      ->check(CLI::IsMember({"fast", "reference"}));
+  cmd->add_option("--cpu-weights", args->cpu_weights,
+                  "fast experts' weight format: bf16 (any float checkpoint converted at load) or int8 (per-channel, "
+                  "quantised at load; activations int8 per token)")
+      ->check(CLI::IsMember({"bf16", "int8"}));
   return [args] { run_layer(*args); };
 }
 

@@ -3,6 +3,9 @@
 #include <chrono>
 #include <cmath>
 
+#include <numeric>
+
+#include "moe/cpu/fast_experts.h"
 #include "moe/cpu/ops.h"
 
 namespace moe {
@@ -36,12 +39,24 @@ MoeLayer::MoeLayer(MoeConfig config, MoeWeights weights, LayerOptions options)
   MOE_CHECK(static_cast<int>(weights_.experts.size()) == config_.router.n_experts, "{} expert weights for {} experts",
             weights_.experts.size(), config_.router.n_experts);
   const int E = config_.router.n_experts;
+  const bool fast = options_.cpu_experts == CpuExperts::fast;
   prepare_ = options_.paradigm == Paradigm::contiguous
-                 ? make_local_contiguous_prepare(E)
-                 : make_local_padded_prepare(E, options_.capacity_factor, options_.overflow);
+                 ? make_local_contiguous_prepare(E, /*copy_rows=*/!fast)
+                 : make_local_padded_prepare(E, options_.capacity_factor, options_.overflow, /*copy_rows=*/!fast);
   if (options_.paradigm == Paradigm::padded) expert_capacity(options_.capacity_factor, 1, 1, E);  // validates
-  experts_ = make_cpu_reference_experts(weights_.experts);
-  finalize_ = make_local_finalize();
+  if (!fast) {
+    experts_ = make_cpu_reference_experts(weights_.experts);
+    finalize_ = make_local_finalize();
+    return;
+  }
+  isa_ = cpu::detect_isa();
+  fused_ = make_cpu_fast_experts(weights_.experts, options_.cpu_weights);
+  if (config_.shared != SharedExpertKind::none) shared_packed_ = cpu::pack_expert(weights_.shared, options_.cpu_weights);
+  // NOTE: the packed copies are all the fast path reads; dropping the views frees converted or random weights.
+  for (SwigluWeights& w : weights_.experts) w = {};
+  weights_.shared.gate = weights_.shared.up = weights_.shared.down = Tensor();
+  router_f32_ = weights_.router.to_f32();
+  if (!router_f32_.is_contiguous()) router_f32_ = Tensor();  // the reference router reads strided rows
 }
 
 LayerOutput MoeLayer::forward(const Tensor& input) {
@@ -52,7 +67,8 @@ LayerOutput MoeLayer::forward(const Tensor& input) {
   LayerOutput out;
 
   auto start = Clock::now();
-  const Tensor logits = cpu::router_logits(x, weights_.router);  // [T, E]
+  const Tensor logits = router_f32_.defined() ? cpu::router_logits_fast(x, router_f32_)
+                                              : cpu::router_logits(x, weights_.router);  // [T, E]
   out.topk.ids = Tensor::empty(DType::I32, {T, k});
   out.topk.weights = Tensor::empty(DType::F32, {T, k});
   const Tensor& bias = weights_.correction_bias;
@@ -66,14 +82,32 @@ LayerOutput MoeLayer::forward(const Tensor& input) {
   const ExpertBatch batch = prepare_->prepare(x, out.topk);
   out.timings.prepare_ms = ms_since(start);
   start = Clock::now();
-  const Tensor expert_out = experts_->run(batch);  // [n_rows, H]
-  out.timings.experts_ms = ms_since(start);
-  start = Clock::now();
-  out.hidden_states = finalize_->finalize(expert_out, batch);  // [T, H]
-  out.timings.finalize_ms = ms_since(start);
+  if (fused_) {
+    out.hidden_states = Tensor::zeros(DType::F32, {T, H});  // [T, H]
+    fused_->run(x, batch, out.hidden_states);
+    out.timings.experts_ms = ms_since(start);
+  } else {
+    const Tensor expert_out = experts_->run(batch);  // [n_rows, H]
+    out.timings.experts_ms = ms_since(start);
+    start = Clock::now();
+    out.hidden_states = finalize_->finalize(expert_out, batch);  // [T, H]
+    out.timings.finalize_ms = ms_since(start);
+  }
 
   start = Clock::now();
-  if (config_.shared != SharedExpertKind::none) {
+  if (shared_packed_) {
+    // The shared expert on the fast kernels: every token, weight 1 or sigmoid(x · shared_gateᵀ).
+    std::vector<int32_t> tokens(T);
+    std::iota(tokens.begin(), tokens.end(), 0);
+    std::vector<float> gate(T, 1.0f);
+    if (config_.shared == SharedExpertKind::sigmoid_gated) {
+      const Tensor gate_logit = cpu::router_logits(x, weights_.shared_gate);  // [T, 1]
+      for (int64_t t = 0; t < T; ++t)
+        gate[t] = static_cast<float>(1.0 / (1.0 + std::exp(-double{gate_logit.data_as<float>()[t]})));
+    }
+    const cpu::ExpertRows shared{.expert = shared_packed_.get(), .token = tokens.data(), .weight = gate.data(), .count = T};
+    cpu::fused_swiglu_experts({&shared, 1}, x, out.hidden_states, isa_);
+  } else if (config_.shared != SharedExpertKind::none) {
     const Tensor shared = cpu::swiglu_mlp(x, weights_.shared);  // [T, H]
     Tensor gate_logit;                                          // [T, 1]
     if (config_.shared == SharedExpertKind::sigmoid_gated) gate_logit = cpu::router_logits(x, weights_.shared_gate);

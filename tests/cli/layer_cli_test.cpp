@@ -128,7 +128,10 @@ std::vector<std::string> layer_args(const ScratchDir& dir, std::vector<std::stri
                                    "--input",
                                    (dir / "input.safetensors").string(),
                                    "--output",
-                                   (dir / "y.safetensors").string()};
+                                   (dir / "y.safetensors").string(),
+                                   // the oracle comparisons are at 1e-5: the fp64-accumulated experts
+                                   "--cpu-experts",
+                                   "reference"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -616,6 +619,40 @@ TEST(LayerBadInput, BadOptionValues) {
                     {"spill", "overflow"});
   expect_user_error(run_moe(dir, layer_args(dir, {"--paradigm", "padded", "--capacity-factor", "-1"})),
                     {"capacity"});
+}
+
+// ---- the fast CPU experts (the default) ----------------------------------------------------------------
+
+// `moe layer` without --cpu-experts runs the fast experts: bf16 within 1e-2 of the oracle (normwise), int8
+// within 4e-2, routing unchanged; --cpu-weights int8 with the reference experts is refused.
+TEST(LayerFastExperts, DefaultBf16AndInt8MatchTheOracle) {
+  TestRng rng;
+  for (const std::string& type : model_types())
+    for (const char* weights : {"bf16", "int8"}) {
+      SCOPED_TRACE(type + " " + weights);
+      const MoeCase c = random_moe_case(type, rng, {.weight_dtype = DType::BF16, .tokens = 16});
+      ScratchDir dir;
+      write_case(dir.path(), c);
+      std::vector<std::string> args = layer_args(dir, {"--cpu-weights", weights});
+      set_option(args, "--cpu-experts", "fast");
+      const RunResult run = run_moe(dir, args);
+      EXPECT_SUCCESS(run);
+      if (run.exit_code != 0) continue;
+      const ReferenceResult ref = reference(c);
+      const Tensor hidden = SafetensorsFile::open(dir / "y.safetensors").get("hidden_states");
+      double diff = 0, norm = 0;
+      for (int64_t i = 0; i < hidden.numel(); ++i) {
+        const double d = double{hidden.data_as<float>()[i]} - ref.out[i];
+        diff += std::isnan(d) ? INFINITY : d * d;
+        norm += ref.out[i] * ref.out[i];
+      }
+      EXPECT_LE(std::sqrt(diff / norm), std::string(weights) == "bf16" ? 1e-2 : 4e-2);
+    }
+  TestRng rng2;
+  const MoeCase c = random_moe_case("qwen3_moe", rng2, {.tokens = 4});
+  ScratchDir dir;
+  write_case(dir.path(), c);
+  expect_user_error(run_moe(dir, layer_args(dir, {"--cpu-weights", "int8"})), {"int8", "fast"});
 }
 
 }  // namespace

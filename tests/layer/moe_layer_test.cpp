@@ -40,7 +40,10 @@ test::ReferenceResult reference(const MoeCase& c, const test::PaddedOptions* pad
   return test::moe_reference_f64(c.config, [&](const std::string& n) { return c.weight(n); }, c.x, padded);
 }
 
+// NOTE: these tests hold the layer to the fp64 oracle at 1e-5, so they run the reference experts; the fast
+// (bf16/int8) experts are checked at their own tolerance in moe_layer_fast_test.cpp.
 LayerOutput run(const MoeCase& c, LayerOptions options = {}) {
+  options.cpu_experts = CpuExperts::reference;
   const MoeConfig config = parse_moe_config(c.config);
   test::TempDir dir;
   MoeLayer layer(config, test::load_case_weights(c, config, dir.path()), options);
