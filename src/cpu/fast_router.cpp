@@ -1,5 +1,7 @@
 // Router logits with the reference's precision (fp64 accumulation, one rounding), but blocked 4 tokens ×
 // 4 experts so each loaded row is used four times, and compiled for the widest vector unit present.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -16,7 +18,7 @@ constexpr int kLanes = 8;
 
 // out[t][e] for nt <= 4 tokens and ne <= 4 experts; x rows and w rows have H floats.
 // NOTE: the lane loop is what the compiler vectorises (8 doubles: one zmm, or two ymm).
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void dot_block_f64(
+__attribute__((target_clones("arch=haswell", "default"))) void dot_block_f64(
     const float* const* x, int nt, const float* const* w, int ne, int64_t H, double (*out)[kBlock]) {
   double acc[kBlock][kBlock][kLanes] = {};
   int64_t h = 0;
@@ -35,6 +37,45 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void dot_bl
   (void)ne;
 }
 
+// The same with AVX-512 intrinsics: the 16 accumulators of 8 doubles stay in registers (the compiler keeps
+// the generic version's accumulator array in memory).
+#pragma GCC push_options
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx512f")
+void dot_block_f64_avx512(const float* const* x, const float* const* w, int64_t H, double (*out)[kBlock]) {
+  __m512d acc[kBlock][kBlock];
+  for (int t = 0; t < kBlock; ++t)
+    for (int e = 0; e < kBlock; ++e) acc[t][e] = _mm512_setzero_pd();
+  int64_t h = 0;
+  for (; h + kLanes <= H; h += kLanes) {
+    __m512d xv[kBlock], wv[kBlock];
+#pragma GCC unroll 4
+    for (int i = 0; i < kBlock; ++i) {
+      xv[i] = _mm512_cvtps_pd(_mm256_loadu_ps(x[i] + h));
+      wv[i] = _mm512_cvtps_pd(_mm256_loadu_ps(w[i] + h));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < kBlock; ++t)
+#pragma GCC unroll 4
+      for (int e = 0; e < kBlock; ++e) acc[t][e] = _mm512_fmadd_pd(xv[t], wv[e], acc[t][e]);
+  }
+  for (int t = 0; t < kBlock; ++t)
+    for (int e = 0; e < kBlock; ++e) {
+      double sum = 0;
+      for (int64_t i = h; i < H; ++i) sum += double{x[t][i]} * double{w[e][i]};
+      out[t][e] = sum + _mm512_reduce_add_pd(acc[t][e]);
+    }
+}
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+bool has_avx512f() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}
+
 }  // namespace
 
 Tensor router_logits_fast(const Tensor& x, const Tensor& gate_weight) {
@@ -49,6 +90,7 @@ Tensor router_logits_fast(const Tensor& x, const Tensor& gate_weight) {
   const float* xs = x.data_as<float>();
   const float* ws = gate_weight.data_as<float>();
   float* out = logits.data_as<float>();
+  static const bool avx512 = has_avx512f();
   const int64_t t_blocks = (T + kBlock - 1) / kBlock, e_blocks = (E + kBlock - 1) / kBlock;
   // NOTE: padding rows of a partial block repeat the last real row; their results are discarded.
   ThreadPool::global().parallel_for(t_blocks * e_blocks, 1, [&](int64_t b0, int64_t b1) {
@@ -63,7 +105,10 @@ Tensor router_logits_fast(const Tensor& x, const Tensor& gate_weight) {
         wr[i] = ws + (e0 + std::min(i, ne - 1)) * H;
       }
       double result[kBlock][kBlock];
-      dot_block_f64(xr, nt, wr, ne, H, result);
+      if (avx512)
+        dot_block_f64_avx512(xr, wr, H, result);
+      else
+        dot_block_f64(xr, nt, wr, ne, H, result);
       for (int t = 0; t < nt; ++t)
         for (int e = 0; e < ne; ++e) out[(t0 + t) * E + e0 + e] = static_cast<float>(result[t][e]);
     }
