@@ -201,7 +201,9 @@ static __global__ void __launch_bounds__(C::THREADS)
 // that many blocks share the stream, deep pipelines. Prefill is compute: 128x128 tiles.
 using Decode16 = TileConfig<16, 64, 64, 1, 4, 6>;
 using Mid64 = TileConfig<64, 128, 32, 2, 4, 4>;
-using Prefill128 = TileConfig<128, 128, 32, 4, 2, 4>;
+// NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): 4 warps of 64x64 beat 8 warps of 32x64
+// (Mixtral T=8192: 306 vs 273 TFLOP/s), BK=64 with 3 stages (264), and 128x256 tiles (295).
+using Prefill128 = TileConfig<128, 128, 32, 2, 2, 4>;
 
 template <class C, bool SWIGLU>
 void launch(const GroupedGemmArgs& g, cudaStream_t stream) {

@@ -29,6 +29,9 @@ void upload_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64
   }
 }
 
+// Up to this many tokens the router runs as one fused GEMV + top-k launch.
+constexpr int64_t kFusedRouterMaxTokens = 64;
+
 int64_t capacity_for(const CudaLayerOptions& o, int64_t n_tokens, int top_k, int n_experts) {
   return o.paradigm == Paradigm::padded ? expert_capacity(o.capacity_factor, n_tokens, top_k, n_experts) : -1;
 }
@@ -53,6 +56,7 @@ struct CudaMoeLayer::State {
   DeviceBuffer<bf16> act, rows_out, shared_act, shared_out;
   PermuteBuffers permute{};
   int32_t *tile_expert = nullptr, *tile_row = nullptr, *n_tiles = nullptr;
+  unsigned* arrivals = nullptr;  // [max_tokens] counters of the fused router, zero between launches
   int32_t *shared_offsets = nullptr, *shared_counts = nullptr, *shared_tile_expert = nullptr,
           *shared_tile_row = nullptr, *shared_n_tiles = nullptr;
   int64_t max_rows = 0, max_tiles = 0, last_capacity = -1;
@@ -100,7 +104,8 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   s.x_f32 = DeviceBuffer<float>(Tm * H);
   s.logits = DeviceBuffer<float>(Tm * s.router_rows);
   const int64_t shared_tiles = Tm + 1;
-  const int64_t n_ints = 5 * E + 3 * max_pairs + s.max_rows + max_pairs + 2 * s.max_tiles + 1 + 2 + 2 * shared_tiles + 1;
+  const int64_t n_ints =
+      5 * E + 3 * max_pairs + s.max_rows + max_pairs + 2 * s.max_tiles + 1 + 2 + 2 * shared_tiles + 1 + Tm;
   s.ints = DeviceBuffer<int32_t>(n_ints);
   int32_t* p = s.ints.get();
   auto carve = [&p](int64_t n) { return std::exchange(p, p + n); };
@@ -122,6 +127,8 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   s.shared_tile_expert = carve(shared_tiles);
   s.shared_tile_row = carve(shared_tiles);
   s.shared_n_tiles = carve(1);
+  s.arrivals = reinterpret_cast<unsigned*>(carve(Tm));
+  MOE_CUDA_CHECK(cudaMemset(s.arrivals, 0, Tm * sizeof(unsigned)));
   s.pair_weights = DeviceBuffer<float>(max_pairs);
   s.permute.pair_weights = s.pair_weights.get();
   s.sort_temp = DeviceBuffer<unsigned char>(permute_sort_temp_bytes(max_pairs));
@@ -161,26 +168,32 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   if (T == 0) return;
   const int E = static_cast<int>(s.E), k = static_cast<int>(s.k);
 
-  // Router: logits = x · Wᵀ in fp32, then scores and top-k.
-  bf16_to_f32(x, s.x_f32.get(), T * s.H, stream);
-  const float one = 1.0f, zero = 0.0f;
-  MOE_CUBLAS_CHECK(cublasSetStream(s.cublas, stream));
-  MOE_CUBLAS_CHECK(cublasSgemm(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.router_rows),
-                               static_cast<int>(T), static_cast<int>(s.H), &one, s.router.get(),
-                               static_cast<int>(s.H), s.x_f32.get(), static_cast<int>(s.H), &zero, s.logits.get(),
-                               static_cast<int>(s.router_rows)));
-  router_topk(s.config.router, s.logits.get(), s.router_rows, s.bias.get(), T, topk_ids, topk_weights, stream);
+  // Router: logits = x · Wᵀ in fp32, then scores and top-k. Decode batches take one fused launch; larger
+  // ones a cuBLAS SGEMM (the gate stays fp32: a bf16 gate would flip top-k choices).
+  if (T <= kFusedRouterMaxTokens) {
+    router_fused(s.config.router, x, s.H, s.router.get(), s.router_rows, s.bias.get(), T, s.logits.get(),
+                 s.arrivals, topk_ids, topk_weights, stream);
+  } else {
+    bf16_to_f32(x, s.x_f32.get(), T * s.H, stream);
+    const float one = 1.0f, zero = 0.0f;
+    MOE_CUBLAS_CHECK(cublasSetStream(s.cublas, stream));
+    MOE_CUBLAS_CHECK(cublasSgemm(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.router_rows),
+                                 static_cast<int>(T), static_cast<int>(s.H), &one, s.router.get(),
+                                 static_cast<int>(s.H), s.x_f32.get(), static_cast<int>(s.H), &zero, s.logits.get(),
+                                 static_cast<int>(s.router_rows)));
+    router_topk(s.config.router, s.logits.get(), s.router_rows, s.bias.get(), T, topk_ids, topk_weights, stream);
+  }
 
-  // Permute into expert segments, and the tile map of the grouped GEMMs.
+  // Permute into expert segments, with the tile map of the grouped GEMMs.
   const int64_t capacity = capacity_for(s.options, T, k, E);
   s.last_capacity = capacity;
-  permute(topk_ids, topk_weights, T, k, E, capacity, s.options.overflow == OverflowPolicy::renormalize, s.permute,
-          stream);
   const int64_t rows = capacity < 0 ? T * k : E * capacity;
   const int tile_rows = grouped_gemm_tile_rows(capacity < 0 ? double(T * k) / E : double(capacity));
   const int64_t max_tiles = std::min<int64_t>(rows, (rows + tile_rows - 1) / tile_rows + E);
-  build_tiles(s.permute.expert_offsets, s.permute.segment_counts, E, tile_rows, s.tile_expert, s.tile_row,
-              s.n_tiles, max_tiles, stream);
+  const TileMap tiles{.tile_rows = tile_rows, .tile_expert = s.tile_expert, .tile_row = s.tile_row,
+                      .n_tiles = s.n_tiles, .max_tiles = max_tiles};
+  permute(topk_ids, topk_weights, T, k, E, capacity, s.options.overflow == OverflowPolicy::renormalize, s.permute,
+          tiles, stream);
 
   // Experts: gate+up with SwiGLU (tokens gathered in the loads), then down.
   GroupedGemmArgs up{.a = x, .gather = s.permute.row_token, .b = s.w13.get(), .c = s.act.get(),

@@ -99,6 +99,97 @@ static __global__ void tiles_kernel(const int32_t* __restrict__ offsets, const i
   }
 }
 
+// Small batches (E <= 256, pairs <= 16384): the whole permute and the tile map in one block, one launch.
+// Each warp owns a slice of the pairs; per-warp counts give each warp its base inside every expert, and
+// the warp walks its slice in order, 32 pairs at a time, ranking equal experts with __match_any_sync:
+// a stable counting sort.
+constexpr int kSmallWarps = 32, kSmallMaxExperts = 256, kSmallMaxPairs = 16384;
+
+static __global__ void __launch_bounds__(kScanThreads)
+    permute_small_kernel(const int32_t* __restrict__ ids, const float* __restrict__ topk_weights, int64_t n_tokens,
+                         int top_k, int n_experts, int64_t capacity, bool renormalize, PermuteBuffers b,
+                         TileMap tiles) {
+  using Scan = cub::BlockScan<int32_t, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ int32_t warp_base[kSmallWarps][kSmallMaxExperts];
+  __shared__ int32_t prefix[kSmallMaxExperts];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int n_pairs = static_cast<int>(n_tokens * top_k);
+  for (int i = tid; i < kSmallWarps * kSmallMaxExperts; i += kScanThreads) (&warp_base[0][0])[i] = 0;
+  if (capacity >= 0)
+    for (int64_t r = tid; r < n_experts * capacity; r += kScanThreads) b.row_token[r] = -1;
+  __syncthreads();
+  const int per_warp = (n_pairs + kSmallWarps - 1) / kSmallWarps;
+  const int begin = min(n_pairs, warp * per_warp), end = min(n_pairs, begin + per_warp);
+  for (int i = begin + lane; i < end; i += 32) atomicAdd(&warp_base[warp][ids[i]], 1);
+  __syncthreads();
+
+  // Thread e: its expert's total, and each warp's exclusive base inside the expert.
+  int32_t count = 0;
+  if (tid < n_experts)
+    for (int w = 0; w < kSmallWarps; ++w) {
+      const int32_t c = warp_base[w][tid];
+      warp_base[w][tid] = count;
+      count += c;
+    }
+  int32_t before = 0;
+  Scan(temp).ExclusiveSum(tid < n_experts ? count : 0, before);
+  int32_t segment_offset = 0, segment_count = 0;
+  if (tid < n_experts) {
+    segment_offset = capacity < 0 ? before : static_cast<int32_t>(tid * capacity);
+    segment_count = capacity < 0 ? count : static_cast<int32_t>(count < capacity ? count : capacity);
+    prefix[tid] = before;
+    b.expert_counts[tid] = count;
+    b.count_prefix[tid] = before;
+    b.expert_offsets[tid] = segment_offset;
+    b.segment_counts[tid] = segment_count;
+    b.dropped[tid] = count - segment_count;
+  }
+  __syncthreads();
+  const int32_t n_tiles_e = tid < n_experts ? (segment_count + tiles.tile_rows - 1) / tiles.tile_rows : 0;
+  int32_t first = 0, total = 0;
+  Scan(temp).ExclusiveSum(n_tiles_e, first, total);
+  if (tid == 0) *tiles.n_tiles = static_cast<int32_t>(total < tiles.max_tiles ? total : tiles.max_tiles);
+  for (int32_t i = 0; i < n_tiles_e && first + i < tiles.max_tiles; ++i) {
+    tiles.tile_expert[first + i] = tid;
+    tiles.tile_row[first + i] = segment_offset + i * tiles.tile_rows;
+  }
+
+  for (int chunk = begin; chunk < end; chunk += 32) {
+    const int i = chunk + lane;
+    const bool valid = i < end;
+    const int32_t e = valid ? ids[i] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int rank_in_chunk = __popc(peers & ((1u << lane) - 1u));
+    if (valid) {
+      const int64_t rank = warp_base[warp][e] + rank_in_chunk;
+      if (capacity >= 0 && rank >= capacity) {
+        b.pair_rows[i] = -1;
+        b.pair_weights[i] = 0.0f;
+      } else {
+        const int64_t row = capacity < 0 ? prefix[e] + rank : e * capacity + rank;
+        b.pair_rows[i] = static_cast<int32_t>(row);
+        b.pair_weights[i] = topk_weights[i];
+        b.row_token[row] = i / top_k;
+      }
+    }
+    __syncwarp();
+    if (valid && rank_in_chunk == 0) warp_base[warp][e] += __popc(peers);
+    __syncwarp();
+  }
+  if (capacity < 0 || !renormalize) return;
+  __syncthreads();
+  for (int64_t t = tid; t < n_tokens; t += kScanThreads) {
+    float original = 0.0f, kept = 0.0f;
+    for (int j = 0; j < top_k; ++j) {
+      original += topk_weights[t * top_k + j];
+      kept += b.pair_weights[t * top_k + j];
+    }
+    if (kept != original && kept != 0.0f)
+      for (int j = 0; j < top_k; ++j) b.pair_weights[t * top_k + j] *= original / kept;
+  }
+}
+
 static __global__ void dense_segment_kernel(int32_t* offsets, int32_t* counts, int64_t n_rows) {
   offsets[0] = 0;
   counts[0] = static_cast<int32_t>(n_rows);
@@ -123,10 +214,16 @@ size_t permute_sort_temp_bytes(int64_t max_pairs) {
 }
 
 void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_tokens, int top_k, int n_experts,
-             int64_t capacity, bool renormalize, const PermuteBuffers& b, cudaStream_t stream) {
+             int64_t capacity, bool renormalize, const PermuteBuffers& b, const TileMap& tiles, cudaStream_t stream) {
   MOE_CUDA_REQUIRE(n_experts >= 1 && n_experts <= kScanThreads,
                    "the CUDA permute handles 1 to 1024 experts, got " + std::to_string(n_experts));
   const int64_t n_pairs = n_tokens * top_k;
+  if (n_experts <= kSmallMaxExperts && n_pairs <= kSmallMaxPairs) {
+    permute_small_kernel<<<1, kScanThreads, 0, stream>>>(topk_ids, topk_weights, n_tokens, top_k, n_experts, capacity,
+                                                         renormalize, b, tiles);
+    MOE_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int64_t n_rows = capacity < 0 ? n_pairs : n_experts * capacity;
   MOE_CUDA_CHECK(cudaMemsetAsync(b.expert_counts, 0, sizeof(int32_t) * n_experts, stream));
   if (capacity >= 0) MOE_CUDA_CHECK(cudaMemsetAsync(b.row_token, 0xff, sizeof(int32_t) * n_rows, stream));  // -1
@@ -141,6 +238,8 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
   layout_kernel<<<1, kScanThreads, 0, stream>>>(b.expert_counts, n_experts, capacity, b.count_prefix,
                                                 b.expert_offsets, b.segment_counts, b.dropped);
   MOE_CUDA_CHECK_LAUNCH();
+  build_tiles(b.expert_offsets, b.segment_counts, n_experts, tiles.tile_rows, tiles.tile_expert, tiles.tile_row,
+              tiles.n_tiles, tiles.max_tiles, stream);
   if (n_pairs == 0) return;
   scatter_kernel<<<grid_for(n_pairs), 256, 0, stream>>>(b.sorted_keys, b.sorted_pairs, b.count_prefix,
                                                         b.expert_offsets, topk_weights, n_pairs, top_k, capacity,

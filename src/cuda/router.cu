@@ -1,6 +1,8 @@
 // Router scores and top-k on the device: one warp per token after the gate GEMM. Same maths as
 // src/routing/router.cpp (the CPU twin): selection on logits (softmax methods), on s + bias (noaux_tc);
 // ties go to the lower expert index; dropped groups are masked to -inf.
+#include <cuda_bf16.h>
+
 #include <cfloat>
 
 #include "moe/cuda/check.h"
@@ -45,20 +47,12 @@ struct RouterParams {
   float routed_scaling_factor;
 };
 
-// Shared memory per warp: choice [E] (the selection key, -inf once masked or taken), score [E].
-static __global__ void router_topk_kernel(RouterParams p, const float* __restrict__ logits, int64_t stride,
-                                          const float* __restrict__ bias, int64_t n_tokens,
-                                          int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights) {
-  extern __shared__ float shared[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t t = int64_t{blockIdx.x} * kWarpsPerBlock + warp;
-  if (t >= n_tokens) return;
-  const int E = p.n_experts;
-  float* choice = shared + warp * 2 * E;
-  float* score = choice + E;
-  const float* l = logits + t * stride;
+// Scores, group masking and top-k of one token by one warp. `choice` and `score` are this warp's shared
+// scratch of E floats each. Lane r < k writes the r-th choice.
+__device__ void select_topk(const RouterParams& p, const float* l, const float* __restrict__ bias, float* choice,
+                            float* score, int32_t* __restrict__ ids, float* __restrict__ weights) {
+  const int lane = threadIdx.x % 32, E = p.n_experts;
   using routing::RoutingMethod;
-
   float max_logit = -FLT_MAX;
   for (int e = lane; e < E; e += 32) max_logit = fmaxf(max_logit, l[e]);
   max_logit = warp_max(max_logit);
@@ -133,8 +127,66 @@ static __global__ void router_topk_kernel(RouterParams p, const float* __restric
     if (p.method == RoutingMethod::topk_softmax) w /= chosen_sum;
     else if (p.method == RoutingMethod::noaux_tc && p.norm_topk_prob) w /= chosen_sum + 1e-20f;
     else if (p.norm_topk_prob) w /= chosen_sum;
-    topk_ids[t * p.top_k + lane] = my_id;
-    topk_weights[t * p.top_k + lane] = w * p.routed_scaling_factor;
+    ids[lane] = my_id;
+    weights[lane] = w * p.routed_scaling_factor;
+  }
+}
+
+// One warp per token over precomputed logits. Shared memory per warp: choice [E], score [E].
+static __global__ void router_topk_kernel(RouterParams p, const float* __restrict__ logits, int64_t stride,
+                                          const float* __restrict__ bias, int64_t n_tokens,
+                                          int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights) {
+  extern __shared__ float shared[];
+  const int warp = threadIdx.x / 32;
+  const int64_t t = int64_t{blockIdx.x} * kWarpsPerBlock + warp;
+  if (t >= n_tokens) return;
+  float* choice = shared + warp * 2 * p.n_experts;
+  select_topk(p, logits + t * stride, bias, choice, choice + p.n_experts, topk_ids + t * p.top_k,
+              topk_weights + t * p.top_k);
+}
+
+// Decode: logits and top-k in one launch. Block (t, b) computes the logits of rows [8b, 8b + 8) of the
+// gate for token t (one warp a row, fp32, x read as bf16); the last block of a token to finish (a counter
+// per token, reset by that block, so graphs can replay) selects the top-k.
+constexpr int kRowsPerBlock = 8;
+
+static __global__ void __launch_bounds__(kRowsPerBlock * 32)
+    router_fused_kernel(RouterParams p, const bf16* __restrict__ x, int64_t hidden, const float* __restrict__ gate,
+                        int64_t gate_rows, const float* __restrict__ bias, float* __restrict__ logits,
+                        unsigned* __restrict__ arrivals, int32_t* __restrict__ topk_ids,
+                        float* __restrict__ topk_weights) {
+  extern __shared__ float shared[];  // choice [E], score [E] for the selecting warp
+  const int64_t t = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = int64_t{blockIdx.y} * kRowsPerBlock + warp;
+  if (row < gate_rows) {
+    const bf16* xt = x + t * hidden;
+    const float* g = gate + row * hidden;
+    float sum = 0.0f;
+    for (int64_t h = lane * 8; h < hidden; h += 32 * 8) {  // 8 bf16 = 16 bytes of x, 32 bytes of gate
+      const uint4 packed = *reinterpret_cast<const uint4*>(xt + h);
+      const auto* xv = reinterpret_cast<const __nv_bfloat162*>(&packed);
+      const float4 g0 = *reinterpret_cast<const float4*>(g + h), g1 = *reinterpret_cast<const float4*>(g + h + 4);
+      const float2 x0 = __bfloat1622float2(xv[0]), x1 = __bfloat1622float2(xv[1]);
+      const float2 x2 = __bfloat1622float2(xv[2]), x3 = __bfloat1622float2(xv[3]);
+      sum += x0.x * g0.x + x0.y * g0.y + x1.x * g0.z + x1.y * g0.w + x2.x * g1.x + x2.y * g1.y + x3.x * g1.z +
+             x3.y * g1.w;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) logits[t * gate_rows + row] = sum;
+  }
+  // NOTE: classic last-block pattern: publish the logits, then count arrivals; the last block sees all.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(&arrivals[t], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (warp == 0) {
+    const float* lt = logits + t * gate_rows;
+    select_topk(p, lt, bias, shared, shared + p.n_experts, topk_ids + t * p.top_k, topk_weights + t * p.top_k);
+    if (lane == 0) arrivals[t] = 0;
   }
 }
 
@@ -168,6 +220,23 @@ void router_topk(const routing::RouterConfig& c, const float* logits, int64_t lo
   const size_t shared_bytes = size_t{kWarpsPerBlock} * 2 * c.n_experts * sizeof(float);
   router_topk_kernel<<<blocks, kWarpsPerBlock * 32, shared_bytes, stream>>>(p, logits, logits_stride, correction_bias,
                                                                             n_tokens, topk_ids, topk_weights);
+  MOE_CUDA_CHECK_LAUNCH();
+}
+
+void router_fused(const routing::RouterConfig& c, const bf16* x, int64_t hidden, const float* gate, int64_t gate_rows,
+                  const float* correction_bias, int64_t n_tokens, float* logits, unsigned* arrivals,
+                  int32_t* topk_ids, float* topk_weights, cudaStream_t stream) {
+  routing::validate(c);
+  MOE_CUDA_REQUIRE(c.n_experts <= 1024 && c.top_k <= 32 && c.n_group <= 32 && hidden % 8 == 0,
+                   "the fused CUDA router handles up to 1024 experts, k <= 32, 32 groups and hidden sizes that "
+                   "are multiples of 8");
+  if (n_tokens == 0) return;
+  const RouterParams p{.method = c.method, .n_experts = c.n_experts, .top_k = c.top_k, .n_group = c.n_group,
+                       .topk_group = c.topk_group, .norm_topk_prob = c.norm_topk_prob,
+                       .routed_scaling_factor = c.routed_scaling_factor};
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>((gate_rows + kRowsPerBlock - 1) / kRowsPerBlock));
+  router_fused_kernel<<<grid, kRowsPerBlock * 32, 2 * c.n_experts * sizeof(float), stream>>>(
+      p, x, hidden, gate, gate_rows, correction_bias, logits, arrivals, topk_ids, topk_weights);
   MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -47,8 +47,9 @@ std::vector<T> values(const Tensor& t) {
 TEST(CudaPermute, MatchesTheCpuPermute) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
-  for (int E : {1, 3, 8, 60, 256})
-    for (int64_t T : {1, 7, 97, 1000})
+  // E <= 256 with T * k <= 16384 take the one-block path, the rest the radix-sort path.
+  for (int E : {1, 3, 8, 60, 256, 300})
+    for (int64_t T : {1, 7, 97, 1000, 2500})
       for (int64_t capacity : {int64_t{-1}, int64_t{0}, int64_t{1}, int64_t{5}})
         for (bool renormalize : {false, true}) {
           const int k = std::min(E, 8);
@@ -76,7 +77,11 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
           DevicePermute dev(T * k, std::max<int64_t>(rows, 1), E);
           test::Device<int32_t> d_ids(ids);
           test::Device<float> d_weights(weights);
-          permute(d_ids.get(), d_weights.get(), T, k, E, capacity, renormalize, dev.b, nullptr);
+          const int64_t max_tiles = std::max<int64_t>(rows, 1) + E;
+          test::Device<int32_t> tile_expert(max_tiles), tile_row(max_tiles), n_tiles(1);
+          const TileMap tiles{.tile_rows = 16, .tile_expert = tile_expert.get(), .tile_row = tile_row.get(),
+                              .n_tiles = n_tiles.get(), .max_tiles = max_tiles};
+          permute(d_ids.get(), d_weights.get(), T, k, E, capacity, renormalize, dev.b, tiles, nullptr);
           EXPECT_EQ(dev.host(dev.b.pair_rows, T * k), values<int32_t>(want.pair_rows));
           EXPECT_EQ(dev.host(dev.b.row_token, rows), values<int32_t>(want.row_token));
           const auto offsets = dev.host(dev.b.expert_offsets, E), counts = dev.host(dev.b.segment_counts, E);
@@ -86,9 +91,26 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
             EXPECT_EQ(counts[e], want.expert_counts.data_as<int64_t>()[e]);
             EXPECT_EQ(dropped[e], want.dropped_per_expert.data_as<int64_t>()[e]);
           }
+          // The tile map covers every filled row of every segment exactly once.
+          const auto n = n_tiles.host()[0];
+          const auto t_expert = tile_expert.host(), t_row = tile_row.host();
+          int64_t covered = 0;
+          for (int32_t i = 0; i < n; ++i) {
+            const int32_t e = t_expert[i];
+            ASSERT_TRUE(e >= 0 && e < E);
+            ASSERT_GE(t_row[i], offsets[e]);
+            ASSERT_LT(t_row[i], offsets[e] + counts[e]);
+            covered += std::min<int64_t>(16, offsets[e] + counts[e] - t_row[i]);
+          }
+          int64_t filled = 0;
+          for (int e = 0; e < E; ++e) filled += counts[e];
+          EXPECT_EQ(covered, filled);
           std::vector<float> got_w(T * k);
           MOE_CUDA_CHECK(cudaMemcpy(got_w.data(), dev.b.pair_weights, T * k * sizeof(float), cudaMemcpyDeviceToHost));
-          for (int64_t i = 0; i < T * k; ++i) ASSERT_NEAR(got_w[i], want.pair_weights.data_as<float>()[i], 1e-6);
+          for (int64_t i = 0; i < T * k; ++i) {
+            const float w = want.pair_weights.data_as<float>()[i];
+            ASSERT_NEAR(got_w[i], w, 1e-6 * std::max(1.0f, std::fabs(w)));  // fp32 on the GPU, fp64 on the CPU
+          }
         }
 }
 

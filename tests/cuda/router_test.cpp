@@ -1,6 +1,9 @@
 // The CUDA router against its CPU twin (routing::route) on fresh random logits, every method.
 #include <cmath>
 
+#include "moe/core/float_convert.h"
+#include "moe/core/tensor.h"
+
 #include "cuda_test_util.h"
 #include "moe/cuda/ops.h"
 #include "moe/routing/router.h"
@@ -50,6 +53,47 @@ TEST(CudaRouter, MatchesTheCpuRouterForEveryMethod) {
     EXPECT_EQ(ids, want_ids);
     for (size_t i = 0; i < weights.size(); ++i)
       ASSERT_NEAR(weights[i], want_weights[i], 1e-5 * std::max(1.0f, std::fabs(want_weights[i]))) << i;
+  }
+}
+
+TEST(CudaRouter, FusedDecodeRouterMatchesTheCpuRouter) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  for (const RouterConfig& c : {
+           RouterConfig{.method = RoutingMethod::softmax_topk, .n_experts = 128, .top_k = 8, .norm_topk_prob = true},
+           RouterConfig{.method = RoutingMethod::noaux_tc, .n_experts = 256, .top_k = 8, .norm_topk_prob = true,
+                        .routed_scaling_factor = 2.5f, .n_group = 8, .topk_group = 4},
+           RouterConfig{.method = RoutingMethod::group_limited_greedy, .n_experts = 60, .top_k = 4, .n_group = 6,
+                        .topk_group = 2}}) {
+    SCOPED_TRACE(routing::routing_method_name(c.method));
+    const int64_t T = 37, H = 256, rows = c.n_experts + 1;  // one extra row, as the Qwen2 shared gate adds
+    const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
+    const std::vector<float> gate = rng.normal_vector(rows * H, 0.25f), bias = rng.normal_vector(c.n_experts, 0.05f);
+    std::vector<float> logits(T * c.n_experts);  // the CPU twin's input: fp64-accumulated, rounded
+    for (int64_t t = 0; t < T; ++t)
+      for (int e = 0; e < c.n_experts; ++e) {
+        double sum = 0;
+        for (int64_t h = 0; h < H; ++h)
+          sum += double{::moe::bf16_to_f32(x.data_as<uint16_t>()[t * H + h])} * gate[e * H + h];
+        logits[t * c.n_experts + e] = static_cast<float>(sum);
+      }
+    const bool biased = c.method == RoutingMethod::noaux_tc;
+    std::vector<int32_t> want_ids(T * c.top_k);
+    std::vector<float> want_weights(T * c.top_k);
+    routing::route(c, logits, biased ? std::span<const float>(bias) : std::span<const float>(), T, want_ids,
+                   want_weights);
+    test::Device<uint16_t> d_x(std::vector<uint16_t>(x.data_as<uint16_t>(), x.data_as<uint16_t>() + T * H));
+    test::Device<float> d_gate(gate), d_bias(bias), d_logits(T * rows), d_weights(T * c.top_k);
+    test::Device<int32_t> d_ids(T * c.top_k);
+    test::Device<unsigned> arrivals(std::vector<unsigned>(T, 0));
+    for (int replay = 0; replay < 2; ++replay) {  // the arrival counters must be left at zero
+      router_fused(c, reinterpret_cast<const bf16*>(d_x.get()), H, d_gate.get(), rows, biased ? d_bias.get() : nullptr,
+                   T, d_logits.get(), arrivals.get(), d_ids.get(), d_weights.get(), nullptr);
+      EXPECT_EQ(d_ids.host(), want_ids);
+      const auto weights = d_weights.host();
+      for (size_t i = 0; i < weights.size(); ++i) ASSERT_NEAR(weights[i], want_weights[i], 1e-5) << i;
+    }
+    EXPECT_EQ(arrivals.host(), std::vector<unsigned>(T, 0));
   }
 }
 

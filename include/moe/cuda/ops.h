@@ -25,6 +25,13 @@ void router_topk(const routing::RouterConfig& config, const float* logits, int64
                  const float* correction_bias, int64_t n_tokens, int32_t* topk_ids, float* topk_weights,
                  cudaStream_t stream);
 
+// Decode path: the gate GEMV (fp32 gate [gate_rows, hidden], x bf16 [T, hidden]) and the top-k in one
+// launch; logits [T, gate_rows] are written too (the Qwen2 shared-expert gate logit is row E).
+// arrivals [T] must be zero before the first call (the kernel leaves it zero).
+void router_fused(const routing::RouterConfig& config, const bf16* x, int64_t hidden, const float* gate,
+                  int64_t gate_rows, const float* correction_bias, int64_t n_tokens, float* logits,
+                  unsigned* arrivals, int32_t* topk_ids, float* topk_weights, cudaStream_t stream);
+
 // x_f32[i] = float(x[i]) for n elements.
 void bf16_to_f32(const bf16* x, float* x_f32, int64_t n, cudaStream_t stream);
 void f32_to_bf16(const float* x, bf16* x_bf16, int64_t n, cudaStream_t stream);
@@ -56,16 +63,28 @@ size_t permute_sort_temp_bytes(int64_t max_pairs);
 // out[i] = i for i < n (the pair_iota scratch, filled once).
 void fill_iota(int32_t* out, int64_t n, cudaStream_t stream);
 
+// The grouped GEMM's tile map: tiles of `tile_rows` rows that never straddle two segments;
+// tile i covers rows [tile_row[i], tile_row[i] + tile_rows) of expert tile_expert[i], for i < *n_tiles.
+struct TileMap {
+  int tile_rows;
+  int32_t* tile_expert;  // [max_tiles]
+  int32_t* tile_row;     // [max_tiles]
+  int32_t* n_tiles;      // [1]
+  int64_t max_tiles;
+};
+
 // capacity < 0: contiguous layout (n_rows = T*k). capacity >= 0: padded layout (n_rows = E*capacity),
 // first-come in token order; `renormalize` rescales each token's kept weights to its original sum.
+// Also builds the tile map of the segments. Small batches (E <= 256, T*k <= 16384) take one launch; larger
+// ones a stable CUB radix sort.
 void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_tokens, int top_k, int n_experts,
-             int64_t capacity, bool renormalize, const PermuteBuffers& buffers, cudaStream_t stream);
+             int64_t capacity, bool renormalize, const PermuteBuffers& buffers, const TileMap& tiles,
+             cudaStream_t stream);
 
 // One segment of n_rows rows at row 0 (a dense MLP, e.g. the shared experts, through the grouped GEMM).
 void dense_segment(int32_t* segment_offsets, int32_t* segment_counts, int64_t n_rows, cudaStream_t stream);
 
-// The grouped GEMM's tile map for segments (offsets, counts) and tiles of tile_rows rows:
-//   tile_expert[i], tile_row[i] (first row) for i < *n_tiles. max_tiles bounds the arrays.
+// The tile map of arbitrary segments (offsets, counts); max_tiles bounds the arrays.
 void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, int tile_rows,
                  int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream);
 
