@@ -13,5 +13,6 @@ using Run = std::function<void()>;
 Run add_layer_command(CLI::App& app);
 Run add_demo_command(CLI::App& app);
 Run add_info_command(CLI::App& app);
+Run add_bench_command(CLI::App& app);
 
 }  // namespace moe::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
       {"layer", moe::cli::add_layer_command(app)},
       {"demo", moe::cli::add_demo_command(app)},
       {"info", moe::cli::add_info_command(app)},
+      {"bench", moe::cli::add_bench_command(app)},
   };
   try {
     app.parse(argc, argv);

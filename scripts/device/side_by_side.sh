@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On the device, one call: GPU tests, `moe bench --backend cuda` on the issue's shapes and token counts
+# (balanced and Zipf routing), and the PyTorch peers on the same shapes; one table at the end.
+# Needs .device-carry/ (scripts/device/prepare_carry.sh). Usage: side_by_side.sh [shapes] [tokens]
+set -uo pipefail
+export LD_LIBRARY_PATH="$PWD/.device-carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# Everything goes to a work folder; $OUT gets the table, the logs and one tarball (the device returns 8 files).
+out=/tmp/moe-side-by-side
+rm -rf "$out" && mkdir -p "$out"
+shapes=${1:-qwen3-30b-a3b,deepseek-v3,mixtral-8x7b,olmoe-1b-7b}
+tokens=${2:-1,16,128,1024,8192}
+bin=.device-carry/bin
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+$bin/cuda_tests > "$out/cuda_tests.log" 2>&1; echo "cuda_tests: $(tail -1 "$out/cuda_tests.log")"
+for routing in balanced zipf; do
+  for shape in ${shapes//,/ }; do
+    $bin/moe bench --backend cuda --shape "$shape" --tokens "$tokens" --routing "$routing" --repeats 30 \
+      --json "$out/moe_${shape}_${routing}.json" >> "$out/moe_bench.log" 2>&1 || echo "moe bench failed: $shape $routing"
+  done
+  PYTHONUNBUFFERED=1 python3 scripts/device/torch_moe_peers.py "$shapes" "$tokens" "$routing" \
+    > "$out/torch_${routing}.jsonl" 2>> "$out/torch.log" || echo "torch peers failed ($routing)"
+done
+python3 scripts/device/side_by_side_table.py "$out" | tee "$out/table.md"
+if [ -n "${OUT:-}" ]; then
+  cp "$out/table.md" "$out/cuda_tests.log" "$out/moe_bench.log" "$OUT/" 2>/dev/null
+  tar czf "$OUT/side_by_side.tgz" -C "$out" .
+fi

@@ -1,0 +1,60 @@
+#pragma once
+// `moe bench`: the whole MoE layer (router included) on named model shapes, timed against the floor
+// max(flops / matmul rate, touched expert weight bytes / copy bandwidth), both rates measured in the same
+// run on the same machine. Shared by the CPU and CUDA backends.
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moe/layer/moe_config.h"
+#include "moe/layer/moe_weights.h"
+
+namespace moe::cli {
+
+struct BenchShape {
+  std::string name;  // qwen3-30b-a3b, deepseek-v3, mixtral-8x7b, olmoe-1b-7b, custom:H,I,E,k
+  int64_t hidden, intermediate;
+  int n_experts, top_k;
+};
+
+// A named shape or "custom:H,I,E,k"; throws moe::Error naming the known shapes otherwise.
+BenchShape parse_bench_shape(const std::string& text);
+
+// The routed-experts layer of the shape, with its family's router (no shared experts: the floor counts
+// routed experts only).
+MoeConfig bench_config(const BenchShape& shape);
+
+enum class BenchRouting : uint8_t { balanced, zipf };
+
+// Router weights that give the requested load: random rows (balanced), or a constant input feature whose
+// gate column adds log(1/(rank+1)) to each expert's logit (Zipf, exponent 1). x must set column 0 to 1.
+void shape_router_for_routing(MoeWeights& weights, BenchRouting routing, uint64_t seed);
+
+struct BenchRow {
+  BenchShape shape;
+  int64_t tokens = 0;
+  std::string backend, routing;
+  double us_median = 0, us_min = 0;
+  double tflops = 0, weight_tbps = 0, floor_us = 0, ratio_to_floor = 0;
+  double experts_touched = 0;       // distinct experts per forward (mean over the rotating inputs)
+  double matmul_tflops = 0, copy_tbps = 0;  // the ceilings measured in this run
+  std::string peer;                 // a peer measured side by side, if any
+  double peer_us = 0;
+};
+
+// flops = 2·T·k·3·H·I; bytes = experts_touched · 3·H·I·2 (bf16). Fills tflops, weight_tbps, floor, ratio.
+void finish_row(BenchRow& row);
+
+nlohmann::json to_json(const BenchRow& row);
+void print_rows(const std::vector<BenchRow>& rows);
+
+// Each backend's runner: one row per token count.
+std::vector<BenchRow> run_cpu_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
+                                    BenchRouting routing, int repeats);
+std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
+                                     BenchRouting routing, int repeats);
+
+}  // namespace moe::cli

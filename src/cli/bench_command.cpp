@@ -1,0 +1,83 @@
+// moe bench: the whole layer on model shapes, against the floor and the ceilings measured in the run.
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "bench.h"
+#include "commands.h"
+#include "moe/core/check.h"
+
+namespace moe::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::string backend = "cpu", shape = "qwen3-30b-a3b", tokens = "1,16,128", routing = "balanced", json;
+  int repeats = 20;
+};
+
+std::vector<int64_t> parse_tokens(const std::string& text) {
+  std::vector<int64_t> tokens;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    size_t used = 0;
+    int64_t t = 0;
+    try {
+      t = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MOE_CHECK(used == item.size() && t >= 1, "--tokens '{}': expected a comma-separated list of positive counts",
+              text);
+    tokens.push_back(t);
+  }
+  MOE_CHECK(!tokens.empty(), "--tokens is empty");
+  return tokens;
+}
+
+void run_bench(const BenchArgs& a) {
+  const BenchShape shape = parse_bench_shape(a.shape);
+  const std::vector<int64_t> tokens = parse_tokens(a.tokens);
+  const BenchRouting routing = a.routing == "zipf" ? BenchRouting::zipf : BenchRouting::balanced;
+  std::vector<BenchRow> rows;
+  if (a.backend == "cuda") {
+#if MOE_WITH_CUDA
+    rows = run_cuda_bench(shape, tokens, routing, a.repeats);
+#else
+    MOE_FAIL("this build has no CUDA backend (no nvcc at configure time): use --backend cpu");
+#endif
+  } else {
+    rows = run_cpu_bench(shape, tokens, routing, a.repeats);
+  }
+  print_rows(rows);
+  if (!a.json.empty()) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const BenchRow& r : rows) list.push_back(to_json(r));
+    std::ofstream file(a.json);
+    file << list.dump(2) << "\n";
+    MOE_CHECK(file.good(), "cannot write the JSON file '{}'", a.json);
+  }
+}
+
+}  // namespace
+
+Run add_bench_command(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time the whole MoE layer on model shapes against the roofline floor");
+  cmd->add_option("--backend", args->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  cmd->add_option("--shape", args->shape, "qwen3-30b-a3b, deepseek-v3, mixtral-8x7b, olmoe-1b-7b or custom:H,I,E,k")
+      ->capture_default_str();
+  cmd->add_option("--tokens", args->tokens, "comma-separated token counts")->capture_default_str();
+  cmd->add_option("--routing", args->routing, "balanced (uniform logits) or zipf (skewed)")
+      ->check(CLI::IsMember({"balanced", "zipf"}))
+      ->capture_default_str();
+  cmd->add_option("--json", args->json, "write the rows as a JSON list");
+  cmd->add_option("--repeats", args->repeats, "timed runs per token count (median reported)")
+      ->check(CLI::Range(3, 100000))
+      ->capture_default_str();
+  return [args] { run_bench(*args); };
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,154 @@
+// `moe bench --backend cuda`: the CUDA layer replayed from CUDA graphs over rotating inputs, timed with
+// CUDA events; the bf16 matmul rate (cuBLAS) and the device copy bandwidth measured in the same run.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "bench.h"
+#include "moe/core/float_convert.h"
+#include "moe/cuda/check.h"
+#include "moe/cuda/moe_layer.h"
+#include "moe/layer/random_weights.h"
+
+namespace moe::cli {
+
+namespace {
+
+constexpr int kInputs = 8;  // rotating inputs: each replay routes to other experts, so weights come cold
+
+template <class T>
+struct Buffer {
+  T* ptr = nullptr;
+  explicit Buffer(size_t n) { MOE_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T))); }
+  ~Buffer() { cudaFree(ptr); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+};
+
+// Median and min of `runs` timings of `launch`, each between two events.
+template <class F>
+std::pair<double, double> time_us(int runs, cudaStream_t stream, F&& launch) {
+  std::vector<cudaEvent_t> events(2 * runs);
+  for (auto& e : events) MOE_CUDA_CHECK(cudaEventCreate(&e));
+  for (int r = 0; r < runs; ++r) {
+    MOE_CUDA_CHECK(cudaEventRecord(events[2 * r], stream));
+    launch(r);
+    MOE_CUDA_CHECK(cudaEventRecord(events[2 * r + 1], stream));
+  }
+  MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> us(runs);
+  for (int r = 0; r < runs; ++r) {
+    float ms = 0;
+    MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, events[2 * r], events[2 * r + 1]));
+    us[r] = ms * 1e3;
+  }
+  for (auto& e : events) cudaEventDestroy(e);
+  std::sort(us.begin(), us.end());
+  return {us[runs / 2], us[0]};
+}
+
+// cuBLAS bf16 GEMM 8192^3 (fp32 accumulation) on random data: the matmul ceiling.
+double measure_matmul_tflops(cudaStream_t stream) {
+  const int n = 8192;
+  Buffer<uint16_t> a(size_t{n} * n), b(size_t{n} * n), c(size_t{n} * n);
+  const Tensor host = random_tensor({n, n}, 1.0f, 7, DType::BF16);
+  MOE_CUDA_CHECK(cudaMemcpy(a.ptr, host.data(), host.nbytes(), cudaMemcpyHostToDevice));
+  MOE_CUDA_CHECK(cudaMemcpy(b.ptr, host.data(), host.nbytes(), cudaMemcpyHostToDevice));
+  cublasHandle_t handle;
+  MOE_CUBLAS_CHECK(cublasCreate(&handle));
+  MOE_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  const float one = 1.0f, zero = 0.0f;
+  auto gemm = [&](int) {
+    MOE_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.ptr, CUDA_R_16BF, n, b.ptr,
+                                  CUDA_R_16BF, n, &zero, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+  };
+  for (int i = 0; i < 3; ++i) gemm(i);
+  const auto [median, best] = time_us(10, stream, gemm);
+  cublasDestroy(handle);
+  return 2.0 * n * n * double(n) / (median * 1e-6) / 1e12;
+}
+
+// Device-to-device copy of 2 GiB, counting the bytes read and written: the memory ceiling.
+double measure_copy_tbps(cudaStream_t stream) {
+  const size_t bytes = size_t{2} << 30;
+  Buffer<unsigned char> src(bytes), dst(bytes);
+  MOE_CUDA_CHECK(cudaMemset(src.ptr, 1, bytes));
+  auto copy = [&](int) { MOE_CUDA_CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, stream)); };
+  for (int i = 0; i < 3; ++i) copy(i);
+  const auto [median, best] = time_us(10, stream, copy);
+  return 2.0 * double(bytes) / (median * 1e-6) / 1e12;
+}
+
+}  // namespace
+
+std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
+                                     BenchRouting routing, int repeats) {
+  cudaStream_t stream;
+  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double matmul = measure_matmul_tflops(stream), copy = measure_copy_tbps(stream);
+
+  const MoeConfig config = bench_config(shape);
+  MoeWeights weights = random_moe_weights(config, 1234, DType::BF16);
+  shape_router_for_routing(weights, routing, 99);
+  const int64_t T_max = *std::max_element(tokens.begin(), tokens.end());
+  const int64_t H = config.hidden_size, k = config.router.top_k;
+  cuda::CudaMoeLayer layer(config, weights, {.max_tokens = T_max});
+
+  std::vector<std::unique_ptr<Buffer<uint16_t>>> inputs;
+  for (int i = 0; i < kInputs; ++i) {
+    Tensor x = random_tensor({T_max, H}, 1.0f, 500 + i);
+    for (int64_t t = 0; t < T_max; ++t) x.data_as<float>()[t * H] = 1.0f;  // the routing feature
+    const Tensor xb = x.to(DType::BF16);
+    inputs.push_back(std::make_unique<Buffer<uint16_t>>(T_max * H));
+    MOE_CUDA_CHECK(cudaMemcpy(inputs.back()->ptr, xb.data(), xb.nbytes(), cudaMemcpyHostToDevice));
+  }
+  Buffer<float> out(T_max * H), topk_weights(T_max * k);
+  Buffer<int32_t> topk_ids(T_max * k);
+
+  std::vector<BenchRow> rows;
+  for (int64_t T : tokens) {
+    std::vector<cudaGraphExec_t> graphs(kInputs);
+    double touched = 0;
+    for (int i = 0; i < kInputs; ++i) {
+      auto forward = [&] {
+        layer.forward(reinterpret_cast<const cuda::bf16*>(inputs[i]->ptr), T, out.ptr, topk_ids.ptr,
+                      topk_weights.ptr, stream);
+      };
+      forward();  // outside the capture: lazy kernel attributes, cuBLAS heuristics
+      const cuda::DeviceLoadCounts counts = layer.read_counts(stream);
+      touched += std::count_if(counts.tokens_per_expert.begin(), counts.tokens_per_expert.end(),
+                               [](int64_t c) { return c > 0; });
+      cudaGraph_t graph;
+      MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      forward();
+      MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      MOE_CUDA_CHECK(cudaGraphInstantiate(&graphs[i], graph, 0));
+      cudaGraphDestroy(graph);
+    }
+    for (int i = 0; i < 2 * kInputs; ++i) MOE_CUDA_CHECK(cudaGraphLaunch(graphs[i % kInputs], stream));
+    const auto [median, best] =
+        time_us(repeats, stream, [&](int r) { MOE_CUDA_CHECK(cudaGraphLaunch(graphs[r % kInputs], stream)); });
+    for (auto g : graphs) cudaGraphExecDestroy(g);
+
+    BenchRow row;
+    row.shape = shape;
+    row.tokens = T;
+    row.backend = "cuda";
+    row.routing = routing == BenchRouting::zipf ? "zipf" : "balanced";
+    row.us_median = median;
+    row.us_min = best;
+    row.experts_touched = touched / kInputs;
+    row.matmul_tflops = matmul;
+    row.copy_tbps = copy;
+    finish_row(row);
+    rows.push_back(row);
+  }
+  cudaStreamDestroy(stream);
+  return rows;
+}
+
+}  // namespace moe::cli
