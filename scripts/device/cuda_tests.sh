@@ -2,6 +2,7 @@
 # On the device: the GPU tests (label cuda) from the carried build, then `moe info`. Full log in $OUT.
 set -uo pipefail
 export LD_LIBRARY_PATH="$PWD/.device-carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export MOE_BINARY="$PWD/.device-carry/bin/moe"
 bin=.device-carry/bin
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader

@@ -4,6 +4,7 @@
 # Needs .device-carry/ (scripts/device/prepare_carry.sh). Usage: side_by_side.sh [shapes] [tokens]
 set -uo pipefail
 export LD_LIBRARY_PATH="$PWD/.device-carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export MOE_BINARY="$PWD/.device-carry/bin/moe"
 # Everything goes to a work folder; $OUT gets the table, the logs and one tarball (the device returns 8 files).
 out=/tmp/moe-side-by-side
 rm -rf "$out" && mkdir -p "$out"
@@ -11,7 +12,8 @@ shapes=${1:-qwen3-30b-a3b,deepseek-v3,mixtral-8x7b,olmoe-1b-7b}
 tokens=${2:-1,16,128,1024,8192}
 bin=.device-carry/bin
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-$bin/cuda_tests > "$out/cuda_tests.log" 2>&1; echo "cuda_tests: $(tail -1 "$out/cuda_tests.log")"
+$bin/cuda_tests > "$out/cuda_tests.log" 2>&1; echo "cuda_tests: $(grep -E '^\[  (PASSED|FAILED)' "$out/cuda_tests.log" | tr '\n' ' ')"
+$bin/moe demo --backend cuda > "$out/demo_cuda.log" 2>&1; echo "demo --backend cuda: exit $?, $(grep '^check' "$out/demo_cuda.log")"
 for routing in balanced zipf; do
   for shape in ${shapes//,/ }; do
     $bin/moe bench --backend cuda --shape "$shape" --tokens "$tokens" --routing "$routing" --repeats 30 \
@@ -22,6 +24,6 @@ for routing in balanced zipf; do
 done
 python3 scripts/device/side_by_side_table.py "$out" | tee "$out/table.md"
 if [ -n "${OUT:-}" ]; then
-  cp "$out/table.md" "$out/cuda_tests.log" "$out/moe_bench.log" "$OUT/" 2>/dev/null
+  cp "$out/table.md" "$out/cuda_tests.log" "$out/moe_bench.log" "$out/demo_cuda.log" "$OUT/" 2>/dev/null
   tar czf "$OUT/side_by_side.tgz" -C "$out" .
 fi

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "moe/core/checkpoint.h"
 #include "moe/core/safetensors.h"
+#include "layer_cuda.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe::cli {
@@ -30,12 +31,20 @@ void run_layer(const LayerArgs& a) {
                        .backend = Backend::cpu,
                        .cpu_experts = a.cpu_experts == "reference" ? CpuExperts::reference : CpuExperts::fast,
                        .cpu_weights = a.cpu_weights == "int8" ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16};
-  MoeLayer layer(config, load_moe_weights(checkpoint, a.prefix, config), options);
-
+  MoeWeights weights = load_moe_weights(checkpoint, a.prefix, config);
   const SafetensorsFile input = SafetensorsFile::open(a.input);
   MOE_CHECK(input.contains("hidden_states"), "input file '{}' has no tensor 'hidden_states' (it must hold [T, H])",
             a.input);
-  const LayerOutput out = layer.forward(input.get("hidden_states"));
+  LayerOutput out;
+  if (a.backend == "cuda") {
+#if MOE_WITH_CUDA
+    out = run_layer_cuda(config, weights, input.get("hidden_states"), options);
+#else
+    MOE_FAIL("--backend cuda: this build has no CUDA backend (no nvcc at configure time); use --backend cpu");
+#endif
+  } else {
+    out = MoeLayer(config, std::move(weights), options).forward(input.get("hidden_states"));
+  }
 
   write_safetensors(a.output, {{"hidden_states", out.hidden_states},
                                {"topk_ids", out.topk.ids},
@@ -68,7 +77,8 @@ Run add_layer_command(CLI::App& app) {
   cmd->add_option("--overflow", args->overflow, "padded: what happens to pairs beyond capacity")
       ->check(CLI::IsMember({"drop", "renormalize"}));
   cmd->add_option("--stats", args->stats, "write per-expert load statistics as JSON");
-  cmd->add_option("--backend", args->backend, "compute backend")->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--backend", args->backend, "cpu, or cuda (bf16 experts on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--cpu-experts", args->cpu_experts,
                   "fast (bf16/int8 kernels, the default) or reference (fp64-accumulated oracle)")
       ->check(CLI::IsMember({"fast", "reference"}));

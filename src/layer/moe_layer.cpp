@@ -18,7 +18,9 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-Tensor checked_input(const Tensor& x, int64_t hidden) {
+}  // namespace
+
+Tensor layer_input_f32(const Tensor& x, int64_t hidden) {
   MOE_CHECK(x.dim() == 2 && x.size(1) == hidden, "hidden_states has shape {}, expected [T, {}] (hidden_size)",
             x.shape_string(), hidden);
   MOE_CHECK(dtype_is_float(x.dtype()) && x.dtype() != DType::F8_E4M3,
@@ -30,8 +32,6 @@ Tensor checked_input(const Tensor& x, int64_t hidden) {
               i % hidden);
   return f;
 }
-
-}  // namespace
 
 MoeLayer::MoeLayer(MoeConfig config, MoeWeights weights, LayerOptions options)
     : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
@@ -61,7 +61,7 @@ MoeLayer::MoeLayer(MoeConfig config, MoeWeights weights, LayerOptions options)
 
 LayerOutput MoeLayer::forward(const Tensor& input) {
   const int64_t H = config_.hidden_size;
-  const Tensor x = checked_input(input, H);  // [T, H] F32
+  const Tensor x = layer_input_f32(input, H);  // [T, H] F32
   const int64_t T = x.size(0);
   const int E = config_.router.n_experts, k = config_.router.top_k;
   LayerOutput out;

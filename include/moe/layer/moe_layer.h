@@ -39,6 +39,9 @@ struct LayerOutput {
   LayerTimings timings;
 };
 
+// x [T, H] (F32, BF16 or F16) as F32, checked for its shape and for NaN/Inf (moe::Error naming the token).
+Tensor layer_input_f32(const Tensor& x, int64_t hidden);
+
 class MoeLayer {
  public:
   MoeLayer(MoeConfig config, MoeWeights weights, LayerOptions options = {});
