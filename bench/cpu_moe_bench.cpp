@@ -204,7 +204,6 @@ void run_bench(const BenchArgs& a) {
     }
     std::vector<double> times, touched, router_ms, experts_ms;
     double max_over_mean = 0;
-    const double flops = 2.0 * T * s.k * 3 * s.H * s.I + 2.0 * T * 3 * s.H * s.shared_I;
     const auto bench_start = Clock::now();
     for (int rep = -1;; ++rep) {
       const size_t index = static_cast<size_t>(rep + 1);

@@ -47,10 +47,14 @@ TEST(MoeLayerFast, EveryFamilyBothParadigmsBothFormats) {
         const double tolerance = format == cpu::WeightFormat::bf16 ? 1e-2 : 4e-2;
         const auto want = test::moe_reference_f64(c.config, [&](const std::string& n) { return c.weight(n); }, c.x);
         const LayerOutput got = run(c, {.cpu_weights = format});
-        if (want.hidden >= 16) EXPECT_LE(normwise_error(got.hidden_states, want.out), tolerance) << what;
-        for (size_t i = 0; i < want.ids.size(); ++i)
-          if (want.selection_margin[i / want.top_k] > 1e-5)
+        if (want.hidden >= 16) {
+          EXPECT_LE(normwise_error(got.hidden_states, want.out), tolerance) << what;
+        }
+        for (size_t i = 0; i < want.ids.size(); ++i) {
+          if (want.selection_margin[i / want.top_k] > 1e-5) {
             EXPECT_EQ(got.topk.ids.data_as<int32_t>()[i], want.ids[i]) << what;
+          }
+        }
         // The padded paradigm with room for every pair is bit-identical to the contiguous one.
         const LayerOutput padded =
             run(c, {.paradigm = Paradigm::padded, .capacity_factor = 1000.0, .cpu_weights = format});
@@ -71,7 +75,9 @@ TEST(MoeLayerFast, PaddedParadigmDropsAsTheReference) {
           run(c, {.paradigm = Paradigm::padded, .capacity_factor = 0.5,
                   .overflow = renormalize ? OverflowPolicy::renormalize : OverflowPolicy::drop});
       EXPECT_EQ(got.stats.dropped_pairs, want.dropped_pairs) << type;
-      if (want.hidden >= 16) EXPECT_LE(normwise_error(got.hidden_states, want.out), 1e-2) << type;
+      if (want.hidden >= 16) {
+        EXPECT_LE(normwise_error(got.hidden_states, want.out), 1e-2) << type;
+      }
     }
 }
 
