@@ -72,14 +72,23 @@ __device__ __forceinline__ int64_t weight_row(int j, int64_t n0, int64_t n, bool
   }
 }
 
+constexpr int kRasterRows = 8;  // row tiles per raster group
+
 template <class C, bool SWIGLU>
 static __global__ void __launch_bounds__(C::THREADS)
     grouped_gemm_kernel(const bf16* __restrict__ a, const int32_t* __restrict__ gather, const bf16* __restrict__ b,
                         bf16* __restrict__ c, const int32_t* __restrict__ segment_offsets,
                         const int32_t* __restrict__ segment_counts, const int32_t* __restrict__ tile_expert,
                         const int32_t* __restrict__ tile_row, const int32_t* __restrict__ n_tiles, int64_t k,
-                        int64_t n) {
-  const int tile = blockIdx.x;
+                        int64_t n, int64_t max_tiles, int64_t n_col_tiles) {
+  // NOTE: blocks walk kRasterRows row tiles across every column tile before moving on, so that the row
+  // tiles (gathered tokens) stay in L2 for all column tiles, and the row tiles of one expert read its weight
+  // slice together. Launch order of (row tile fastest, column tile) re-read the rows from DRAM per column
+  // tile: ncu showed 34 GB of DRAM traffic in one DeepSeek-V3 T=8192 gate/up GEMM.
+  const int64_t linear = blockIdx.x, group_span = int64_t{kRasterRows} * n_col_tiles;
+  const int64_t group = linear / group_span, within = linear % group_span;
+  const int64_t group_rows = min(int64_t{kRasterRows}, max_tiles - group * kRasterRows);
+  const int64_t tile = group * kRasterRows + within % group_rows, col_tile = within / group_rows;
   if (tile >= *n_tiles) return;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
@@ -88,7 +97,7 @@ static __global__ void __launch_bounds__(C::THREADS)
   const int64_t row0 = tile_row[tile];
   const int64_t row_end = int64_t{segment_offsets[expert]} + segment_counts[expert];
   constexpr int OUT_COLS = SWIGLU ? C::BN / 2 : C::BN;  // output columns per block
-  const int64_t n0 = int64_t{blockIdx.y} * OUT_COLS;
+  const int64_t n0 = col_tile * OUT_COLS;
   const int64_t b_rows = SWIGLU ? 2 * n : n;
   const bf16* b_expert = b + int64_t{expert} * b_rows * k;
 
@@ -199,7 +208,13 @@ static __global__ void __launch_bounds__(C::THREADS)
 
 // NOTE: tile shapes by regime. Decode (a few rows per expert) is a weight stream: short tiles, narrow N so
 // that many blocks share the stream, deep pipelines. Prefill is compute: 128x128 tiles.
-using Decode16 = TileConfig<16, 64, 64, 1, 4, 6>;
+// NOTE: a decode block streams its weight rows through the pipeline; with 6 stages of 4 KB (BK = 64) the
+// Qwen3 T=1 up GEMM reached only 2.8 TB/s (ncu: 17.8 us for 50 MB): too few bytes in flight per block.
+// BK = 128 doubles them and pays on long rows (DeepSeek-V3 T=1 up GEMM, K = 7168: 223 -> 205 us layer);
+// on short ones (Qwen3, K = 2048 and 768) its larger stages cost occupancy (40 -> 43 us), so BK = 64 stays
+// below K = 4096 and for inner sizes that are not multiples of 128.
+using Decode16 = TileConfig<16, 32, 128, 1, 2, 6>;
+using Decode16Narrow = TileConfig<16, 32, 64, 1, 2, 6>;
 using Mid64 = TileConfig<64, 128, 32, 2, 4, 4>;
 // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): 4 warps of 64x64 beat 8 warps of 32x64
 // (Mixtral T=8192: 306 vs 273 TFLOP/s), BK=64 with 3 stages (264), and 128x256 tiles (295).
@@ -212,7 +227,8 @@ void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
   MOE_CUDA_REQUIRE(g.n % 2 == 0, "grouped GEMM: output columns " + std::to_string(g.n) + " must be even");
   if (g.max_tiles == 0) return;
   constexpr int OUT_COLS = SWIGLU ? C::BN / 2 : C::BN;
-  const dim3 grid(static_cast<unsigned>(g.max_tiles), static_cast<unsigned>((g.n + OUT_COLS - 1) / OUT_COLS));
+  const int64_t n_col_tiles = (g.n + OUT_COLS - 1) / OUT_COLS;
+  const dim3 grid(static_cast<unsigned>(g.max_tiles * n_col_tiles));
   static bool configured = false;  // NOTE: the attribute is per kernel and process; set it once
   if (!configured) {
     MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<C, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -220,14 +236,16 @@ void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
     configured = true;
   }
   grouped_gemm_kernel<C, SWIGLU><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(
-      g.a, g.gather, g.b, g.c, g.segment_offsets, g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, g.k, g.n);
+      g.a, g.gather, g.b, g.c, g.segment_offsets, g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, g.k, g.n, g.max_tiles, n_col_tiles);
   MOE_CUDA_CHECK_LAUNCH();
 }
 
 template <bool SWIGLU>
 void dispatch(const GroupedGemmArgs& g, int tile_rows, cudaStream_t stream) {
   switch (tile_rows) {
-    case 16: return launch<Decode16, SWIGLU>(g, stream);
+    case 16:
+      return g.k >= 4096 && g.k % Decode16::BK == 0 ? launch<Decode16, SWIGLU>(g, stream)
+                                                     : launch<Decode16Narrow, SWIGLU>(g, stream);
     case 64: return launch<Mid64, SWIGLU>(g, stream);
     case 128: return launch<Prefill128, SWIGLU>(g, stream);
     default: MOE_CUDA_REQUIRE(false, "grouped GEMM: no kernel for tiles of " + std::to_string(tile_rows) + " rows");

@@ -103,21 +103,22 @@ static __global__ void tiles_kernel(const int32_t* __restrict__ offsets, const i
 // Each warp owns a slice of the pairs; per-warp counts give each warp its base inside every expert, and
 // the warp walks its slice in order, 32 pairs at a time, ranking equal experts with __match_any_sync:
 // a stable counting sort.
-constexpr int kSmallWarps = 32, kSmallMaxExperts = 256, kSmallMaxPairs = 16384;
+constexpr int kSmallWarps = 8, kSmallThreads = kSmallWarps * 32, kSmallMaxExperts = kSmallThreads,
+              kSmallMaxPairs = 16384;
 
-static __global__ void __launch_bounds__(kScanThreads)
+static __global__ void __launch_bounds__(kSmallThreads)
     permute_small_kernel(const int32_t* __restrict__ ids, const float* __restrict__ topk_weights, int64_t n_tokens,
                          int top_k, int n_experts, int64_t capacity, bool renormalize, PermuteBuffers b,
                          TileMap tiles) {
-  using Scan = cub::BlockScan<int32_t, kScanThreads>;
+  using Scan = cub::BlockScan<int32_t, kSmallThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ int32_t warp_base[kSmallWarps][kSmallMaxExperts];
   __shared__ int32_t prefix[kSmallMaxExperts];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n_pairs = static_cast<int>(n_tokens * top_k);
-  for (int i = tid; i < kSmallWarps * kSmallMaxExperts; i += kScanThreads) (&warp_base[0][0])[i] = 0;
+  for (int i = tid; i < kSmallWarps * kSmallMaxExperts; i += kSmallThreads) (&warp_base[0][0])[i] = 0;
   if (capacity >= 0)
-    for (int64_t r = tid; r < n_experts * capacity; r += kScanThreads) b.row_token[r] = -1;
+    for (int64_t r = tid; r < n_experts * capacity; r += kSmallThreads) b.row_token[r] = -1;
   __syncthreads();
   const int per_warp = (n_pairs + kSmallWarps - 1) / kSmallWarps;
   const int begin = min(n_pairs, warp * per_warp), end = min(n_pairs, begin + per_warp);
@@ -179,7 +180,7 @@ static __global__ void __launch_bounds__(kScanThreads)
   }
   if (capacity < 0 || !renormalize) return;
   __syncthreads();
-  for (int64_t t = tid; t < n_tokens; t += kScanThreads) {
+  for (int64_t t = tid; t < n_tokens; t += kSmallThreads) {
     float original = 0.0f, kept = 0.0f;
     for (int j = 0; j < top_k; ++j) {
       original += topk_weights[t * top_k + j];
@@ -219,7 +220,7 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
                    "the CUDA permute handles 1 to 1024 experts, got " + std::to_string(n_experts));
   const int64_t n_pairs = n_tokens * top_k;
   if (n_experts <= kSmallMaxExperts && n_pairs <= kSmallMaxPairs) {
-    permute_small_kernel<<<1, kScanThreads, 0, stream>>>(topk_ids, topk_weights, n_tokens, top_k, n_experts, capacity,
+    permute_small_kernel<<<1, kSmallThreads, 0, stream>>>(topk_ids, topk_weights, n_tokens, top_k, n_experts, capacity,
                                                          renormalize, b, tiles);
     MOE_CUDA_CHECK_LAUNCH();
     return;

@@ -145,26 +145,28 @@ static __global__ void router_topk_kernel(RouterParams p, const float* __restric
               topk_weights + t * p.top_k);
 }
 
-// Decode: logits and top-k in one launch. Block (t, b) computes the logits of rows [8b, 8b + 8) of the
-// gate for token t (one warp a row, fp32, x read as bf16); the last block of a token to finish (a counter
-// per token, reset by that block, so graphs can replay) selects the top-k.
-constexpr int kRowsPerBlock = 8;
+// Decode: logits and top-k in one launch. Block (t, b) computes the logits of gate rows [2b, 2b + 2) for
+// token t, four warps a row (fp32, x read as bf16), so that a small gate is still read by many blocks;
+// the last block of a token to finish (a counter per token, reset by that block, so graphs can replay)
+// selects the top-k.
+constexpr int kRowsPerBlock = 2, kWarpsPerRow = 4;
 
-static __global__ void __launch_bounds__(kRowsPerBlock * 32)
+static __global__ void __launch_bounds__(kRowsPerBlock * kWarpsPerRow * 32)
     router_fused_kernel(RouterParams p, const bf16* __restrict__ x, int64_t hidden, const float* __restrict__ gate,
                         int64_t gate_rows, const float* __restrict__ bias, float* __restrict__ logits,
                         unsigned* __restrict__ arrivals, int32_t* __restrict__ topk_ids,
                         float* __restrict__ topk_weights) {
   extern __shared__ float shared[];  // choice [E], score [E] for the selecting warp
+  __shared__ float partial[kRowsPerBlock * kWarpsPerRow];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = int64_t{blockIdx.y} * kRowsPerBlock + warp;
+  const int64_t row = int64_t{blockIdx.y} * kRowsPerBlock + warp / kWarpsPerRow;
+  float sum = 0.0f;
   if (row < gate_rows) {
     const bf16* xt = x + t * hidden;
     const float* g = gate + row * hidden;
-    float sum = 0.0f;
-    for (int64_t h = lane * 8; h < hidden; h += 32 * 8) {  // 8 bf16 = 16 bytes of x, 32 bytes of gate
-      const uint4 packed = *reinterpret_cast<const uint4*>(xt + h);
+    for (int64_t h = ((warp % kWarpsPerRow) * 32 + lane) * 8; h < hidden; h += kWarpsPerRow * 32 * 8) {
+      const uint4 packed = *reinterpret_cast<const uint4*>(xt + h);  // 8 bf16 of x, 8 floats of the gate
       const auto* xv = reinterpret_cast<const __nv_bfloat162*>(&packed);
       const float4 g0 = *reinterpret_cast<const float4*>(g + h), g1 = *reinterpret_cast<const float4*>(g + h + 4);
       const float2 x0 = __bfloat1622float2(xv[0]), x1 = __bfloat1622float2(xv[1]);
@@ -172,8 +174,15 @@ static __global__ void __launch_bounds__(kRowsPerBlock * 32)
       sum += x0.x * g0.x + x0.y * g0.y + x1.x * g0.z + x1.y * g0.w + x2.x * g1.x + x2.y * g1.y + x3.x * g1.z +
              x3.y * g1.w;
     }
-    sum = warp_sum(sum);
-    if (lane == 0) logits[t * gate_rows + row] = sum;
+  }
+  sum = warp_sum(sum);
+  if (lane == 0) partial[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x < kRowsPerBlock) {
+    const int64_t r = int64_t{blockIdx.y} * kRowsPerBlock + threadIdx.x;
+    float total = 0.0f;
+    for (int w = 0; w < kWarpsPerRow; ++w) total += partial[threadIdx.x * kWarpsPerRow + w];
+    if (r < gate_rows) logits[t * gate_rows + r] = total;
   }
   // NOTE: classic last-block pattern: publish the logits, then count arrivals; the last block sees all.
   __threadfence();
@@ -235,7 +244,7 @@ void router_fused(const routing::RouterConfig& c, const bf16* x, int64_t hidden,
                        .topk_group = c.topk_group, .norm_topk_prob = c.norm_topk_prob,
                        .routed_scaling_factor = c.routed_scaling_factor};
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>((gate_rows + kRowsPerBlock - 1) / kRowsPerBlock));
-  router_fused_kernel<<<grid, kRowsPerBlock * 32, 2 * c.n_experts * sizeof(float), stream>>>(
+  router_fused_kernel<<<grid, kRowsPerBlock * kWarpsPerRow * 32, 2 * c.n_experts * sizeof(float), stream>>>(
       p, x, hidden, gate, gate_rows, correction_bias, logits, arrivals, topk_ids, topk_weights);
   MOE_CUDA_CHECK_LAUNCH();
 }

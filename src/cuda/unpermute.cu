@@ -27,15 +27,29 @@ static __global__ void unpermute_kernel(const bf16* __restrict__ rows, const int
   const float shared_scale = gate_logit ? 1.0f / (1.0f + __expf(-gate_logit[t * gate_stride])) : 1.0f;
   for (int64_t h0 = threadIdx.x * int64_t{kVec}; h0 < hidden; h0 += int64_t{blockDim.x} * kVec) {
     float sum[kVec] = {};
-    for (int j = 0; j < top_k; ++j) {
-      if (row_of[j] < 0) continue;  // dropped by the capacity limit
-      const uint4 packed = *reinterpret_cast<const uint4*>(rows + int64_t{row_of[j]} * hidden + h0);
-      const auto* v = reinterpret_cast<const __nv_bfloat162*>(&packed);
+    // NOTE: the rows of a batch of pairs are loaded before any is used, so their latencies overlap; the
+    // sum still runs in pair order.
+    constexpr int kBatch = 8;
+    for (int j0 = 0; j0 < top_k; j0 += kBatch) {
+      uint4 packed[kBatch];
 #pragma unroll
-      for (int i = 0; i < kVec / 2; ++i) {
-        const float2 f = __bfloat1622float2(v[i]);
-        sum[2 * i] += weight_of[j] * f.x;
-        sum[2 * i + 1] += weight_of[j] * f.y;
+      for (int b = 0; b < kBatch; ++b) {
+        const int j = j0 + b;
+        packed[b] = j < top_k && row_of[j] >= 0
+                        ? *reinterpret_cast<const uint4*>(rows + int64_t{row_of[j]} * hidden + h0)
+                        : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int j = j0 + b;
+        if (j >= top_k || row_of[j] < 0) continue;  // past k, or dropped by the capacity limit
+        const auto* v = reinterpret_cast<const __nv_bfloat162*>(&packed[b]);
+#pragma unroll
+        for (int i = 0; i < kVec / 2; ++i) {
+          const float2 f = __bfloat1622float2(v[i]);
+          sum[2 * i] += weight_of[j] * f.x;
+          sum[2 * i + 1] += weight_of[j] * f.y;
+        }
       }
     }
     if (shared) {
