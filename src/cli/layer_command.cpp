@@ -7,6 +7,7 @@
 #include "moe/core/checkpoint.h"
 #include "moe/core/safetensors.h"
 #include "layer_cuda.h"
+#include "layer_ep.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe::cli {
@@ -16,25 +17,46 @@ namespace {
 struct LayerArgs {
   std::string config, weights, input, output, prefix, stats;
   std::string paradigm = "contiguous", overflow = "drop", backend = "cpu";
-  std::string cpu_experts = "fast", cpu_weights = "bf16";
+  std::string cpu_experts, cpu_weights = "bf16";  // cpu_experts: empty = by the checkpoint (default_cpu_experts)
   double capacity_factor = 1.0;
+  bool ep = false;
+  std::string placement, ep_transfer = "f32";
 };
 
-void run_layer(const LayerArgs& a) {
-  MOE_CHECK(a.cpu_weights == "bf16" || a.cpu_experts == "fast",
-            "--cpu-weights {} needs the fast CPU experts (drop --cpu-experts reference)", a.cpu_weights);
+// Without --cpu-experts: the fast bf16 experts for BF16 checkpoints (and whenever --cpu-weights int8 asks
+// for them); the exact fp32 reference experts for F32 and F16 checkpoints, whose precision a bf16 pass would
+// throw away, and under --ep.
+std::string default_cpu_experts(const LayerArgs& a, const MoeWeights& weights) {
+  if (a.ep) return "reference";
+  if (a.cpu_weights == "int8") return "fast";
+  return weights.experts.front().gate.dtype() == DType::BF16 ? "fast" : "reference";
+}
+
+void run_layer(LayerArgs a) {
   const MoeConfig config = load_moe_config(a.config);
   const Checkpoint checkpoint = Checkpoint::open(a.weights);
+  MoeWeights weights = load_moe_weights(checkpoint, a.prefix, config);
+  if (a.cpu_experts.empty()) a.cpu_experts = default_cpu_experts(a, weights);
+  MOE_CHECK(!a.ep || (a.cpu_experts == "reference" && a.backend == "cpu" && a.paradigm == "contiguous"),
+            "--ep runs the contiguous paradigm on the CPU reference experts: drop --cpu-experts fast, --backend "
+            "cuda and --paradigm padded");
+  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer == "f32"), "--placement and --ep-transfer need --ep");
+  MOE_CHECK(a.cpu_weights == "bf16" || a.cpu_experts == "fast",
+            "--cpu-weights {} needs the fast CPU experts (drop --cpu-experts reference)", a.cpu_weights);
   LayerOptions options{.paradigm = a.paradigm == "padded" ? Paradigm::padded : Paradigm::contiguous,
                        .capacity_factor = a.capacity_factor,
                        .overflow = a.overflow == "renormalize" ? OverflowPolicy::renormalize : OverflowPolicy::drop,
                        .backend = Backend::cpu,
                        .cpu_experts = a.cpu_experts == "reference" ? CpuExperts::reference : CpuExperts::fast,
                        .cpu_weights = a.cpu_weights == "int8" ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16};
-  MoeWeights weights = load_moe_weights(checkpoint, a.prefix, config);
   const SafetensorsFile input = SafetensorsFile::open(a.input);
   MOE_CHECK(input.contains("hidden_states"), "input file '{}' has no tensor 'hidden_states' (it must hold [T, H])",
             a.input);
+  if (a.ep) {
+    run_layer_ep(config, std::move(weights), input.get("hidden_states"),
+                 {.placement = a.placement, .transfer = a.ep_transfer, .output = a.output, .stats = a.stats});
+    return;
+  }
   LayerOutput out;
   if (a.backend == "cuda") {
 #if MOE_WITH_CUDA
@@ -80,12 +102,21 @@ Run add_layer_command(CLI::App& app) {
   cmd->add_option("--backend", args->backend, "cpu, or cuda (bf16 experts on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--cpu-experts", args->cpu_experts,
-                  "fast (bf16/int8 kernels, the default) or reference (fp64-accumulated oracle)")
+                  "fast (bf16/int8 kernels) or reference (fp32 exact, fp64-accumulated); default: fast for BF16 "
+                  "checkpoints, reference for F32/F16 ones and under --ep")
       ->check(CLI::IsMember({"fast", "reference"}));
   cmd->add_option("--cpu-weights", args->cpu_weights,
                   "fast experts' weight format: bf16 (any float checkpoint converted at load) or int8 (per-channel, "
                   "quantised at load; activations int8 per token)")
       ->check(CLI::IsMember({"bf16", "int8"}));
+  cmd->add_flag("--ep", args->ep,
+                "expert parallelism under mpirun: each rank routes its share of the tokens and runs its experts; "
+                "rank 0 writes the outputs");
+  cmd->add_option("--placement", args->placement,
+                  "--ep: placement JSON (which experts each rank holds, replicas allowed); default contiguous");
+  cmd->add_option("--ep-transfer", args->ep_transfer, "--ep: dispatch wire format f32 (exact), bf16 or fp8 (e4m3, "
+                  "one scale per 128 values)")
+      ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
   return [args] { run_layer(*args); };
 }
 
