@@ -623,7 +623,41 @@ TEST(LayerBadInput, BadOptionValues) {
 
 // ---- the fast CPU experts (the default) ----------------------------------------------------------------
 
-// `moe layer` without --cpu-experts runs the fast experts: bf16 within 1e-2 of the oracle (normwise), int8
+// Without --cpu-experts the experts follow the checkpoint: F32 and F16 weights get the exact experts (the
+// oracle's 1e-5), BF16 weights the fast bf16 experts (within 1e-2, and measurably not exact).
+TEST(LayerDefaults, ExpertsFollowTheCheckpointDtype) {
+  TestRng rng;
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const MoeCase c = random_moe_case("deepseek_v3", rng, {.weight_dtype = dtype, .tokens = 16});
+    ScratchDir dir;
+    write_case(dir.path(), c);
+    std::vector<std::string> args = layer_args(dir);
+    const auto option = std::find(args.begin(), args.end(), "--cpu-experts");
+    ASSERT_TRUE(option != args.end());
+    args.erase(option, option + 2);
+    const RunResult run = run_moe(dir, args);
+    EXPECT_SUCCESS(run);
+    if (run.exit_code != 0) continue;
+    const ReferenceResult ref = reference(c);
+    const Tensor hidden = SafetensorsFile::open(dir / "y.safetensors").get("hidden_states");
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < hidden.numel(); ++i) {
+      const double d = double{hidden.data_as<float>()[i]} - ref.out[i];
+      diff += std::isnan(d) ? INFINITY : d * d;
+      norm += ref.out[i] * ref.out[i];
+    }
+    const double error = std::sqrt(diff / norm);
+    if (dtype == DType::BF16) {
+      EXPECT_LE(error, 1e-2);
+      EXPECT_GT(error, 1e-6);
+    } else {
+      EXPECT_LE(error, kTolerance);
+    }
+  }
+}
+
+// `moe layer --cpu-experts fast` runs the fast experts: bf16 within 1e-2 of the oracle (normwise), int8
 // within 4e-2, routing unchanged; --cpu-weights int8 with the reference experts is refused.
 TEST(LayerFastExperts, DefaultBf16AndInt8MatchTheOracle) {
   TestRng rng;
