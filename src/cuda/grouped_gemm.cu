@@ -6,6 +6,7 @@
 // for every warp, so silu(gate) * up is formed in registers in the epilogue.
 #include <cuda_bf16.h>
 
+#include "launch.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 
@@ -89,6 +90,7 @@ static __global__ void __launch_bounds__(C::THREADS)
   const int64_t group = linear / group_span, within = linear % group_span;
   const int64_t group_rows = min(int64_t{kRasterRows}, max_tiles - group * kRasterRows);
   const int64_t tile = group * kRasterRows + within % group_rows, col_tile = within / group_rows;
+  wait_for_prior_grids();  // the tile map and the rows come from the kernels before
   if (tile >= *n_tiles) return;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
@@ -178,6 +180,9 @@ static __global__ void __launch_bounds__(C::THREADS)
     }
   }
   cp_async_wait<0>();
+  // NOTE: only after the main loop, so that in prefill the next kernel's blocks cannot take SM slots
+  // while blocks of this one still wait to run.
+  allow_dependent_launch();
 
   // Epilogue: accumulator element (mi, ni, q) sits at row lane/4 (+8 for q >= 2), column 2*(lane%4) + q%2.
   constexpr int OUT_NI = SWIGLU ? C::NI / 2 : C::NI;
@@ -235,9 +240,9 @@ void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
                                         static_cast<int>(C::SMEM_BYTES)));
     configured = true;
   }
-  grouped_gemm_kernel<C, SWIGLU><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(
-      g.a, g.gather, g.b, g.c, g.segment_offsets, g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, g.k, g.n, g.max_tiles, n_col_tiles);
-  MOE_CUDA_CHECK_LAUNCH();
+  launch_dependent(grouped_gemm_kernel<C, SWIGLU>, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, g.a, g.gather, g.b,
+                   g.c, g.segment_offsets, g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, g.k, g.n,
+                   g.max_tiles, n_col_tiles);
 }
 
 template <bool SWIGLU>

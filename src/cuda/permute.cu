@@ -4,6 +4,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
+#include "launch.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 
@@ -114,6 +115,8 @@ static __global__ void __launch_bounds__(kSmallThreads)
   __shared__ typename Scan::TempStorage temp;
   __shared__ int32_t warp_base[kSmallWarps][kSmallMaxExperts];
   __shared__ int32_t prefix[kSmallMaxExperts];
+  wait_for_prior_grids();
+  allow_dependent_launch();
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n_pairs = static_cast<int>(n_tokens * top_k);
   for (int i = tid; i < kSmallWarps * kSmallMaxExperts; i += kSmallThreads) (&warp_base[0][0])[i] = 0;
@@ -220,9 +223,8 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
                    "the CUDA permute handles 1 to 1024 experts, got " + std::to_string(n_experts));
   const int64_t n_pairs = n_tokens * top_k;
   if (n_experts <= kSmallMaxExperts && n_pairs <= kSmallMaxPairs) {
-    permute_small_kernel<<<1, kSmallThreads, 0, stream>>>(topk_ids, topk_weights, n_tokens, top_k, n_experts, capacity,
-                                                         renormalize, b, tiles);
-    MOE_CUDA_CHECK_LAUNCH();
+    launch_dependent(permute_small_kernel, dim3(1), dim3(kSmallThreads), 0, stream, topk_ids, topk_weights, n_tokens,
+                     top_k, n_experts, capacity, renormalize, b, tiles);
     return;
   }
   const int64_t n_rows = capacity < 0 ? n_pairs : n_experts * capacity;

@@ -5,6 +5,7 @@
 
 #include <cfloat>
 
+#include "launch.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 
@@ -158,6 +159,8 @@ static __global__ void __launch_bounds__(kRowsPerBlock * kWarpsPerRow * 32)
                         float* __restrict__ topk_weights) {
   extern __shared__ float shared[];  // choice [E], score [E] for the selecting warp
   __shared__ float partial[kRowsPerBlock * kWarpsPerRow];
+  wait_for_prior_grids();  // x may come from the previous kernel
+  allow_dependent_launch();
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t{blockIdx.y} * kRowsPerBlock + warp / kWarpsPerRow;
@@ -244,9 +247,8 @@ void router_fused(const routing::RouterConfig& c, const bf16* x, int64_t hidden,
                        .topk_group = c.topk_group, .norm_topk_prob = c.norm_topk_prob,
                        .routed_scaling_factor = c.routed_scaling_factor};
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>((gate_rows + kRowsPerBlock - 1) / kRowsPerBlock));
-  router_fused_kernel<<<grid, kRowsPerBlock * kWarpsPerRow * 32, 2 * c.n_experts * sizeof(float), stream>>>(
-      p, x, hidden, gate, gate_rows, correction_bias, logits, arrivals, topk_ids, topk_weights);
-  MOE_CUDA_CHECK_LAUNCH();
+  launch_dependent(router_fused_kernel, grid, dim3(kRowsPerBlock * kWarpsPerRow * 32), 2 * c.n_experts * sizeof(float),
+                   stream, p, x, hidden, gate, gate_rows, correction_bias, logits, arrivals, topk_ids, topk_weights);
 }
 
 void bf16_to_f32(const bf16* x, float* x_f32, int64_t n, cudaStream_t stream) {

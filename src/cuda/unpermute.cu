@@ -2,6 +2,7 @@
 // order (deterministic: no atomics), then adds the shared experts' output, gated or not.
 #include <cuda_bf16.h>
 
+#include "launch.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 
@@ -19,6 +20,8 @@ static __global__ void unpermute_kernel(const bf16* __restrict__ rows, const int
   const int64_t t = blockIdx.x;
   __shared__ int32_t row_of[kMaxTopK];
   __shared__ float weight_of[kMaxTopK];
+  wait_for_prior_grids();
+  allow_dependent_launch();
   if (threadIdx.x < top_k) {
     row_of[threadIdx.x] = pair_rows[t * top_k + threadIdx.x];
     weight_of[threadIdx.x] = pair_weights[t * top_k + threadIdx.x];
@@ -78,9 +81,8 @@ void unpermute(const bf16* rows, const int32_t* pair_rows, const float* pair_wei
                                            std::to_string(hidden));
   if (n_tokens == 0) return;
   const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, hidden / kVec)));
-  unpermute_kernel<<<static_cast<unsigned>(n_tokens), threads, 0, stream>>>(
-      rows, pair_rows, pair_weights, top_k, hidden, shared, shared_gate_logit, shared_gate_stride, out);
-  MOE_CUDA_CHECK_LAUNCH();
+  launch_dependent(unpermute_kernel, dim3(static_cast<unsigned>(n_tokens)), dim3(threads), 0, stream, rows, pair_rows,
+                   pair_weights, top_k, hidden, shared, shared_gate_logit, shared_gate_stride, out);
 }
 
 }  // namespace moe::cuda
