@@ -98,6 +98,8 @@ Isa detect_isa() {
   return Isa::avx2;
 }
 
+bool fast_experts_available() { return cpu_has_avx2(); }
+
 std::string_view isa_name(Isa isa) { return isa == Isa::avx512 ? "avx512-bf16" : "avx2-fma"; }
 
 void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor& x, Tensor& out, Isa isa) {

@@ -39,7 +39,8 @@ MoeLayer::MoeLayer(MoeConfig config, MoeWeights weights, LayerOptions options)
   MOE_CHECK(static_cast<int>(weights_.experts.size()) == config_.router.n_experts, "{} expert weights for {} experts",
             weights_.experts.size(), config_.router.n_experts);
   const int E = config_.router.n_experts;
-  const bool fast = options_.cpu_experts == CpuExperts::fast;
+  // NOTE: a CPU without AVX2 runs the reference experts whatever was asked (the fast kernels need it).
+  const bool fast = options_.cpu_experts == CpuExperts::fast && cpu::fast_experts_available();
   prepare_ = options_.paradigm == Paradigm::contiguous
                  ? make_local_contiguous_prepare(E, /*copy_rows=*/!fast)
                  : make_local_padded_prepare(E, options_.capacity_factor, options_.overflow, /*copy_rows=*/!fast);

@@ -28,6 +28,8 @@ enum class Isa : uint8_t {
 // The best ISA this CPU runs, unless MOE_CPU_ISA (avx2 | avx512) asks for another; asking for avx512 on a
 // CPU without it is an error.
 Isa detect_isa();
+// Whether this CPU runs the fast experts at all (AVX2 + FMA); callers fall back to the reference ops if not.
+bool fast_experts_available();
 std::string_view isa_name(Isa isa);
 
 enum class WeightFormat : uint8_t {

@@ -13,7 +13,8 @@ namespace moe {
 enum class Backend : uint8_t { cpu };
 
 // Which CPU experts run: the optimised ones (bf16 or int8 weights, fused finalize; moe/cpu/fast_experts.h),
-// or the fp64-accumulated reference ops (the oracle: exact to ~1e-6, and slow).
+// or the fp64-accumulated reference ops (the oracle: exact to ~1e-6, and slow). A CPU without AVX2 runs
+// the reference whatever is asked.
 enum class CpuExperts : uint8_t { fast, reference };
 
 struct LayerOptions {
