@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
       {"demo", moe::cli::add_demo_command(app)},
       {"info", moe::cli::add_info_command(app)},
       {"bench", moe::cli::add_bench_command(app)},
+      {"plan", moe::cli::add_plan_command(app)},
   };
   try {
     app.parse(argc, argv);

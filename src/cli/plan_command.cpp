@@ -1,0 +1,69 @@
+// moe plan: per-rank memory of a model under expert parallelism, and whether the setup can work.
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "commands.h"
+#include "moe/core/check.h"
+#include "moe/dist/memory_plan.h"
+#include "moe/layer/moe_config.h"
+
+namespace moe::cli {
+
+namespace {
+
+struct PlanArgs {
+  std::string config, device_memory, placement, dtype = "bf16";
+  int ranks = 0;
+  int64_t max_batched_tokens = 0;
+};
+
+void run_plan(const PlanArgs& a) {
+  std::ifstream file(a.config);
+  MOE_CHECK(file.good(), "cannot open the config file '{}'", a.config);
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(file);
+  } catch (const nlohmann::json::exception& e) {
+    MOE_FAIL("config file '{}' is not valid JSON: {}", a.config, e.what());
+  }
+  const int n_experts = parse_moe_config(config).router.n_experts;
+  const dist::Placement placement = dist::resolve_placement(a.placement, n_experts, a.ranks);
+  const dist::PlanRequest request{.n_ranks = a.ranks,
+                                  .device_bytes = dist::parse_bytes(a.device_memory),
+                                  .max_batched_tokens = a.max_batched_tokens,
+                                  .dtype = a.dtype == "fp8" ? dist::WeightDType::fp8 : dist::WeightDType::bf16};
+  const dist::Plan plan = dist::plan_memory(config, placement, request);
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  fmt::print("{} experts on {} ranks of {:.1f} GiB, {} weights, {} tokens per rank per step (estimates)\n",
+             n_experts, a.ranks, request.device_bytes / kGiB, a.dtype, a.max_batched_tokens);
+  fmt::print("{:>4} {:>5} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "rank", "slots", "experts_GiB",
+             "other_GiB", "activ_GiB", "comm_GiB", "total_GiB", "kv_room_GiB", "kv_tokens");
+  for (const dist::RankMemory& m : plan.ranks)
+    fmt::print("{:>4} {:>5} {:>12.2f} {:>12.2f} {:>12.2f} {:>12.3f} {:>12.2f} {:>12.2f} {:>12}\n", m.rank, m.slots,
+               m.expert_bytes / kGiB, m.other_bytes / kGiB, m.activation_bytes / kGiB, m.comm_bytes / kGiB,
+               m.used() / kGiB, m.kv_room_bytes / kGiB, m.kv_tokens);
+  fmt::print("KV cache: {} bytes per token (bf16, all layers); {:.0f} GiB per rank reserved\n",
+             plan.kv_bytes_per_token, dist::kPlanReserveBytes / kGiB);
+  MOE_CHECK(plan.problems.empty(), "this setup does not fit: {}", plan.problems.front());
+}
+
+}  // namespace
+
+Run add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand("plan", "Per-rank memory of a model under expert parallelism (estimates)");
+  cmd->add_option("--config", args->config, "HuggingFace config.json")->required();
+  cmd->add_option("--ranks", args->ranks, "number of ranks (one device each)")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--device-memory", args->device_memory, "memory of one device, e.g. 141GiB")->required();
+  cmd->add_option("--max-batched-tokens", args->max_batched_tokens, "tokens per rank per step")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--placement", args->placement, "placement JSON; default contiguous (experts must divide by ranks)");
+  cmd->add_option("--dtype", args->dtype, "weights: bf16, or fp8 (e4m3, 128x128 block scales)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+  return [args] { run_plan(*args); };
+}
+
+}  // namespace moe::cli
