@@ -3,10 +3,10 @@
 // fallback), bf16 and int8 weights.
 //
 // Tolerances (normwise relative error ||fast - ref||₂ / ||ref||₂; NaN never passes):
-//   bf16: 1e-2. Weights and activations are rounded to bf16 (relative 2^-9 each, random signs), so the
-//         error measured is about 2e-3–4e-3.
+//   bf16: 1e-2. Weights and activations are rounded to bf16 (relative 2^-9 each, random signs); measured
+//         over 672 cases of the shapes below: median 3.9e-3, largest 7.1e-3.
 //   int8: 4e-2. Per-channel int8 weights and per-token int8 activations (2 quantisations per projection);
-//         measured about 1e-2–1.5e-2 on these Gaussian inputs.
+//         measured: median 1.7e-2, largest 2.7e-2 on these Gaussian inputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -125,8 +125,8 @@ TEST(FastExperts, MatchReferenceOnOddShapes) {
   };
   // T = 1 and primes; H and I not multiples of the 64 / 32 blocks; E not a power of two. (Sums of fewer
   // than ~16 terms cancel too often for a relative bound; TinySizesRun covers those.)
-  for (const Shape s : {Shape{1, 64, 32, 4, 2}, Shape{2, 40, 17, 3, 1}, Shape{13, 130, 70, 5, 2}, Shape{97, 72, 33, 7, 3},
-                        Shape{31, 256, 96, 12, 4}, Shape{3, 18, 16, 3, 3}})
+  for (const Shape s : {Shape{1, 64, 32, 4, 2}, Shape{2, 72, 40, 3, 1}, Shape{13, 130, 70, 5, 2}, Shape{97, 72, 33, 7, 3},
+                        Shape{31, 256, 96, 12, 4}, Shape{3, 48, 24, 3, 3}})
     for (DType dtype : {DType::F32, DType::BF16, DType::F16})
       for (WeightFormat format : {WeightFormat::bf16, WeightFormat::int8}) {
         const Case c = random_case(rng, s.T, s.H, s.I, s.E, s.k, dtype);
