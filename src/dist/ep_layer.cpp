@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "moe/cpu/ops.h"
+#include "moe/layer/shared_experts.h"
 
 namespace moe::dist {
 
@@ -94,17 +95,7 @@ EpOutput EpMoeLayer::forward(const Tensor& input) {
 
   // Shared experts are replicated: each rank adds them to its own tokens, as the single-rank layer does.
   start = Clock::now();
-  if (config_.shared != SharedExpertKind::none) {
-    const Tensor shared = cpu::swiglu_mlp(x, weights_.shared);  // [T_local, H]
-    Tensor gate_logit;                                          // [T_local, 1]
-    if (config_.shared == SharedExpertKind::sigmoid_gated) gate_logit = cpu::router_logits(x, weights_.shared_gate);
-    float* out = y.data_as<float>();
-    const float* s = shared.data_as<float>();
-    for (int64_t t = 0; t < T_local; ++t) {
-      const double gate = gate_logit.defined() ? 1.0 / (1.0 + std::exp(-double{gate_logit.data_as<float>()[t]})) : 1.0;
-      for (int64_t h = 0; h < H; ++h) out[t * H + h] = static_cast<float>(out[t * H + h] + gate * s[t * H + h]);
-    }
-  }
+  add_shared_experts_reference(config_, weights_, x, y);
   timings.shared_ms = ms_since(start);
 
   EpOutput result;

@@ -7,6 +7,7 @@
 
 #include "moe/cpu/fast_experts.h"
 #include "moe/cpu/ops.h"
+#include "moe/layer/shared_experts.h"
 
 namespace moe {
 
@@ -108,16 +109,8 @@ LayerOutput MoeLayer::forward(const Tensor& input) {
     }
     const cpu::ExpertRows shared{.expert = shared_packed_.get(), .token = tokens.data(), .weight = gate.data(), .count = T};
     cpu::fused_swiglu_experts({&shared, 1}, x, out.hidden_states, isa_);
-  } else if (config_.shared != SharedExpertKind::none) {
-    const Tensor shared = cpu::swiglu_mlp(x, weights_.shared);  // [T, H]
-    Tensor gate_logit;                                          // [T, 1]
-    if (config_.shared == SharedExpertKind::sigmoid_gated) gate_logit = cpu::router_logits(x, weights_.shared_gate);
-    float* y = out.hidden_states.data_as<float>();
-    const float* s = shared.data_as<float>();
-    for (int64_t t = 0; t < T; ++t) {
-      const double gate = gate_logit.defined() ? 1.0 / (1.0 + std::exp(-double{gate_logit.data_as<float>()[t]})) : 1.0;
-      for (int64_t h = 0; h < H; ++h) y[t * H + h] = static_cast<float>(y[t * H + h] + gate * s[t * H + h]);
-    }
+  } else {
+    add_shared_experts_reference(config_, weights_, x, out.hidden_states);
   }
   out.timings.shared_ms = ms_since(start);
 
