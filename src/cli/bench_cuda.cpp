@@ -10,6 +10,7 @@
 #include "bench.h"
 #include "moe/core/float_convert.h"
 #include "moe/cuda/check.h"
+#include "moe/cuda/device_buffer.h"
 #include "moe/cuda/moe_layer.h"
 #include "moe/layer/random_weights.h"
 
@@ -18,15 +19,6 @@ namespace moe::cli {
 namespace {
 
 constexpr int kInputs = 8;  // rotating inputs: each replay routes to other experts, so weights come cold
-
-template <class T>
-struct Buffer {
-  T* ptr = nullptr;
-  explicit Buffer(size_t n) { MOE_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T))); }
-  ~Buffer() { cudaFree(ptr); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-};
 
 // Median and min of `runs` timings of `launch`, each between two events.
 template <class F>
@@ -53,17 +45,17 @@ std::pair<double, double> time_us(int runs, cudaStream_t stream, F&& launch) {
 // cuBLAS bf16 GEMM 8192^3 (fp32 accumulation) on random data: the matmul ceiling.
 double measure_matmul_tflops(cudaStream_t stream) {
   const int n = 8192;
-  Buffer<uint16_t> a(size_t{n} * n), b(size_t{n} * n), c(size_t{n} * n);
+  cuda::DeviceBuffer<uint16_t> a(size_t{n} * n), b(size_t{n} * n), c(size_t{n} * n);
   const Tensor host = random_tensor({n, n}, 1.0f, 7, DType::BF16);
-  MOE_CUDA_CHECK(cudaMemcpy(a.ptr, host.data(), host.nbytes(), cudaMemcpyHostToDevice));
-  MOE_CUDA_CHECK(cudaMemcpy(b.ptr, host.data(), host.nbytes(), cudaMemcpyHostToDevice));
+  MOE_CUDA_CHECK(cudaMemcpy(a.get(), host.data(), host.nbytes(), cudaMemcpyHostToDevice));
+  MOE_CUDA_CHECK(cudaMemcpy(b.get(), host.data(), host.nbytes(), cudaMemcpyHostToDevice));
   cublasHandle_t handle;
   MOE_CUBLAS_CHECK(cublasCreate(&handle));
   MOE_CUBLAS_CHECK(cublasSetStream(handle, stream));
   const float one = 1.0f, zero = 0.0f;
   auto gemm = [&](int) {
-    MOE_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.ptr, CUDA_R_16BF, n, b.ptr,
-                                  CUDA_R_16BF, n, &zero, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+    MOE_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.get(), CUDA_R_16BF, n, b.get(),
+                                  CUDA_R_16BF, n, &zero, c.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
   };
   for (int i = 0; i < 3; ++i) gemm(i);
@@ -75,9 +67,9 @@ double measure_matmul_tflops(cudaStream_t stream) {
 // Device-to-device copy of 2 GiB, counting the bytes read and written: the memory ceiling.
 double measure_copy_tbps(cudaStream_t stream) {
   const size_t bytes = size_t{2} << 30;
-  Buffer<unsigned char> src(bytes), dst(bytes);
-  MOE_CUDA_CHECK(cudaMemset(src.ptr, 1, bytes));
-  auto copy = [&](int) { MOE_CUDA_CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, stream)); };
+  cuda::DeviceBuffer<unsigned char> src(bytes), dst(bytes);
+  MOE_CUDA_CHECK(cudaMemset(src.get(), 1, bytes));
+  auto copy = [&](int) { MOE_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream)); };
   for (int i = 0; i < 3; ++i) copy(i);
   const auto [median, best] = time_us(10, stream, copy);
   return 2.0 * double(bytes) / (median * 1e-6) / 1e12;
@@ -98,16 +90,16 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
   const int64_t H = config.hidden_size, k = config.router.top_k;
   cuda::CudaMoeLayer layer(config, weights, {.max_tokens = T_max});
 
-  std::vector<std::unique_ptr<Buffer<uint16_t>>> inputs;
+  std::vector<std::unique_ptr<cuda::DeviceBuffer<uint16_t>>> inputs;
   for (int i = 0; i < kInputs; ++i) {
     Tensor x = random_tensor({T_max, H}, 1.0f, 500 + i);
     for (int64_t t = 0; t < T_max; ++t) x.data_as<float>()[t * H] = 1.0f;  // the routing feature
     const Tensor xb = x.to(DType::BF16);
-    inputs.push_back(std::make_unique<Buffer<uint16_t>>(T_max * H));
-    MOE_CUDA_CHECK(cudaMemcpy(inputs.back()->ptr, xb.data(), xb.nbytes(), cudaMemcpyHostToDevice));
+    inputs.push_back(std::make_unique<cuda::DeviceBuffer<uint16_t>>(T_max * H));
+    MOE_CUDA_CHECK(cudaMemcpy(inputs.back()->get(), xb.data(), xb.nbytes(), cudaMemcpyHostToDevice));
   }
-  Buffer<float> out(T_max * H), topk_weights(T_max * k);
-  Buffer<int32_t> topk_ids(T_max * k);
+  cuda::DeviceBuffer<float> out(T_max * H), topk_weights(T_max * k);
+  cuda::DeviceBuffer<int32_t> topk_ids(T_max * k);
 
   std::vector<BenchRow> rows;
   for (int64_t T : tokens) {
@@ -115,8 +107,8 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
     double touched = 0;
     for (int i = 0; i < kInputs; ++i) {
       auto forward = [&] {
-        layer.forward(reinterpret_cast<const cuda::bf16*>(inputs[i]->ptr), T, out.ptr, topk_ids.ptr,
-                      topk_weights.ptr, stream);
+        layer.forward(reinterpret_cast<const cuda::bf16*>(inputs[i]->get()), T, out.get(), topk_ids.get(),
+                      topk_weights.get(), stream);
       };
       forward();  // outside the capture: lazy kernel attributes, cuBLAS heuristics
       const cuda::DeviceLoadCounts counts = layer.read_counts(stream);

@@ -1,23 +1,11 @@
 #include "layer_cuda.h"
 
 #include "moe/cuda/check.h"
+#include "moe/cuda/device_buffer.h"
 #include "moe/cuda/device_info.h"
 #include "moe/cuda/moe_layer.h"
 
 namespace moe::cli {
-
-namespace {
-
-template <class T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  explicit DeviceArray(size_t n) { MOE_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T))); }
-  ~DeviceArray() { cudaFree(ptr); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-};
-
-}  // namespace
 
 bool cuda_available() { return !cuda::visible_gpus().empty(); }
 
@@ -30,15 +18,15 @@ LayerOutput run_layer_cuda(const MoeConfig& config, const MoeWeights& weights, c
   cuda::CudaMoeLayer layer(config, weights,
                            {.max_tokens = std::max<int64_t>(T, 1), .paradigm = options.paradigm,
                             .capacity_factor = options.capacity_factor, .overflow = options.overflow});
-  DeviceArray<uint16_t> d_x(T * H);
-  DeviceArray<float> d_out(T * H), d_weights(T * k);
-  DeviceArray<int32_t> d_ids(T * k);
-  MOE_CUDA_CHECK(cudaMemcpy(d_x.ptr, x.data(), x.nbytes(), cudaMemcpyHostToDevice));
+  cuda::DeviceBuffer<uint16_t> d_x(T * H);
+  cuda::DeviceBuffer<float> d_out(T * H), d_weights(T * k);
+  cuda::DeviceBuffer<int32_t> d_ids(T * k);
+  MOE_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice));
   cudaEvent_t start, stop;
   MOE_CUDA_CHECK(cudaEventCreate(&start));
   MOE_CUDA_CHECK(cudaEventCreate(&stop));
   MOE_CUDA_CHECK(cudaEventRecord(start, nullptr));
-  layer.forward(reinterpret_cast<const cuda::bf16*>(d_x.ptr), T, d_out.ptr, d_ids.ptr, d_weights.ptr, nullptr);
+  layer.forward(reinterpret_cast<const cuda::bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
   MOE_CUDA_CHECK(cudaEventRecord(stop, nullptr));
   MOE_CUDA_CHECK(cudaEventSynchronize(stop));
   float ms = 0;
@@ -50,9 +38,9 @@ LayerOutput run_layer_cuda(const MoeConfig& config, const MoeWeights& weights, c
   out.hidden_states = Tensor::empty(DType::F32, {T, H});
   out.topk.ids = Tensor::empty(DType::I32, {T, k});
   out.topk.weights = Tensor::empty(DType::F32, {T, k});
-  MOE_CUDA_CHECK(cudaMemcpy(out.hidden_states.data(), d_out.ptr, out.hidden_states.nbytes(), cudaMemcpyDeviceToHost));
-  MOE_CUDA_CHECK(cudaMemcpy(out.topk.ids.data(), d_ids.ptr, out.topk.ids.nbytes(), cudaMemcpyDeviceToHost));
-  MOE_CUDA_CHECK(cudaMemcpy(out.topk.weights.data(), d_weights.ptr, out.topk.weights.nbytes(), cudaMemcpyDeviceToHost));
+  MOE_CUDA_CHECK(cudaMemcpy(out.hidden_states.data(), d_out.get(), out.hidden_states.nbytes(), cudaMemcpyDeviceToHost));
+  MOE_CUDA_CHECK(cudaMemcpy(out.topk.ids.data(), d_ids.get(), out.topk.ids.nbytes(), cudaMemcpyDeviceToHost));
+  MOE_CUDA_CHECK(cudaMemcpy(out.topk.weights.data(), d_weights.get(), out.topk.weights.nbytes(), cudaMemcpyDeviceToHost));
   const cuda::DeviceLoadCounts counts = layer.read_counts(nullptr);
   out.stats = routing::compute_load_stats({out.topk.ids.data_as<int32_t>(), static_cast<size_t>(T * k)}, T,
                                           static_cast<int>(k), config.router.n_experts, counts.dropped_per_expert,

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "device_buffer.h"
+#include "moe/cuda/device_buffer.h"
 #include "moe/core/float_convert.h"
 
 namespace moe::cuda {
