@@ -26,6 +26,7 @@
 #include "moe/core/safetensors.h"
 #include "moe_reference_f64.h"
 #include "random_moe_case.h"
+#include "temp_dir.h"
 #include "test_random.h"
 
 #ifndef MOE_BINARY
@@ -52,34 +53,6 @@ constexpr double kAmbiguousMargin = 1e-5;
 
 // ---- running the binary ------------------------------------------------------------------------------
 
-// A fresh directory under the system temp dir; removed afterwards unless the test failed (then kept and
-// printed, for replay).
-class ScratchDir {
- public:
-  ScratchDir() {
-    static std::atomic<int> counter{0};
-    const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
-    path_ = fs::temp_directory_path() /
-            fmt::format("moe_cli_{}_{}_{}", ::getpid(), counter++, ticks % 1000000007);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    if (::testing::Test::HasFailure()) {
-      std::cerr << "[ kept     ] " << path_.string() << "\n";
-      return;
-    }
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
-
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
@@ -101,7 +74,7 @@ struct RunResult {
 };
 
 // Runs `moe ARGS...`, capturing stdout and stderr into files of `dir`.
-RunResult run_moe(const ScratchDir& dir, const std::vector<std::string>& args) {
+RunResult run_moe(const TempDir& dir, const std::vector<std::string>& args) {
   RunResult r;
   r.command = shell_quote(MOE_BINARY);
   for (const std::string& a : args) {
@@ -119,7 +92,7 @@ RunResult run_moe(const ScratchDir& dir, const std::vector<std::string>& args) {
 }
 
 // `moe layer` on the files write_case writes into `dir`, plus `extra` options.
-std::vector<std::string> layer_args(const ScratchDir& dir, std::vector<std::string> extra = {}) {
+std::vector<std::string> layer_args(const TempDir& dir, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"layer",
                                    "--config",
                                    (dir / "config.json").string(),
@@ -338,7 +311,7 @@ TEST_P(LayerMatchesReference, RandomBlocks) {
     const MoeCase c = random_moe_case(
         type, rng, {.weight_dtype = weight_dtype, .input_dtype = v.input, .tokens = v.tokens});
     SCOPED_TRACE("config: " + c.config.dump());
-    ScratchDir dir;
+    TempDir dir;
     write_case(dir.path(), c);
     std::vector<std::string> extra = {"--stats", (dir / "stats.json").string()};
     if (v.input == DType::F16) extra.insert(extra.end(), {"--paradigm", "contiguous", "--backend", "cpu"});
@@ -377,7 +350,7 @@ TEST_P(LayerPadded, CapacityAndOverflow) {
                         .top_k = rng.uniform_int(2, std::min<int64_t>(experts, 8))};
   const MoeCase c = random_moe_case(type, rng, opt);
   SCOPED_TRACE("config: " + c.config.dump());
-  ScratchDir dir;
+  TempDir dir;
   write_case(dir.path(), c);
 
   const RunResult contiguous = run_moe(dir, layer_args(dir));
@@ -432,7 +405,7 @@ TEST_P(LayerCheckpoint, PrefixSelectsTheBlock) {
   const MoeCase c = random_moe_case(type, rng, {.weight_dtype = DType::BF16, .input_dtype = DType::BF16});
   const auto other = random_moe_weights(c.config, rng, DType::BF16);
   const std::string p0 = block_prefix(type, 0), p3 = block_prefix(type, 3);
-  ScratchDir dir;
+  TempDir dir;
   write_case(dir.path(), c);
   auto both = prefixed(c.weights, p0);
   for (auto& named : prefixed(other, p3)) both.push_back(named);
@@ -454,7 +427,7 @@ TEST_P(LayerCheckpoint, Directories) {
   const MoeCase c = random_moe_case(type, rng, {.weight_dtype = DType::F16, .input_dtype = DType::F32});
   const auto other = random_moe_weights(c.config, rng, DType::F16);
   const std::string p1 = block_prefix(type, 1), p2 = block_prefix(type, 2);
-  ScratchDir dir;
+  TempDir dir;
   write_case(dir.path(), c);
 
   auto both = prefixed(other, p1);
@@ -488,7 +461,7 @@ INSTANTIATE_TEST_SUITE_P(AllFamilies, LayerCheckpoint, ::testing::ValuesIn(model
 // ---- bad input
 // ---------------------------------------------------------------------------------------------
 
-void write_config(const ScratchDir& dir, const json& config) {
+void write_config(const TempDir& dir, const json& config) {
   std::ofstream(dir / "config.json") << config.dump(2) << "\n";
 }
 
@@ -500,7 +473,7 @@ TEST(LayerBadInput, MissingTensorIsNamed) {
     const auto victim = c.weights.begin() + rng.uniform_int(0, static_cast<int64_t>(c.weights.size()) - 1);
     const std::string name = victim->first;
     c.weights.erase(victim);
-    ScratchDir dir;
+    TempDir dir;
     write_case(dir.path(), c);
     expect_user_error(run_moe(dir, layer_args(dir)), {name});
   }
@@ -515,7 +488,7 @@ TEST(LayerBadInput, WrongShapedTensorIsNamed) {
     std::vector<int64_t> shape = tensor.shape();
     shape.back() += 1;
     tensor = rng.normal_tensor(shape, 0.1f, tensor.dtype());
-    ScratchDir dir;
+    TempDir dir;
     write_case(dir.path(), c);
     expect_user_error(run_moe(dir, layer_args(dir)), {name});
   }
@@ -526,7 +499,7 @@ TEST(LayerBadInput, TopKLargerThanExperts) {
   for (const std::string type : {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"}) {
     SCOPED_TRACE(type);
     MoeCase c = random_moe_case(type, rng, {.tokens = 4, .experts = 4, .top_k = 2});
-    ScratchDir dir;
+    TempDir dir;
     write_case(dir.path(), c);
     c.config["num_experts_per_tok"] = 5;
     write_config(dir, c.config);
@@ -540,7 +513,7 @@ TEST(LayerBadInput, DeepseekGroups) {
   for (const std::string type : {"deepseek_v2", "deepseek_v3"}) {
     SCOPED_TRACE(type);
     MoeCase c = random_moe_case(type, rng, {.tokens = 4, .experts = 8, .top_k = 4});
-    ScratchDir dir;
+    TempDir dir;
     write_case(dir.path(), c);
     json config = c.config;
     if (type == "deepseek_v2") config["topk_method"] = "group_limited_greedy";
@@ -557,7 +530,7 @@ TEST(LayerBadInput, DeepseekGroups) {
 TEST(LayerBadInput, UnknownModelType) {
   TestRng rng;
   MoeCase c = random_moe_case("qwen3_moe", rng, {.tokens = 4});
-  ScratchDir dir;
+  TempDir dir;
   write_case(dir.path(), c);
   c.config["model_type"] = "qwen9_moe";
   write_config(dir, c.config);
@@ -568,7 +541,7 @@ TEST(LayerBadInput, NaNInInput) {
   TestRng rng;
   MoeCase c = random_moe_case("mixtral", rng, {.tokens = 6});
   c.x.data_as<float>()[rng.uniform_int(0, c.x.numel() - 1)] = NAN;
-  ScratchDir dir;
+  TempDir dir;
   write_case(dir.path(), c);
   expect_user_error(run_moe(dir, layer_args(dir)), {"NaN"});
 }
@@ -577,7 +550,7 @@ TEST(LayerBadInput, InputOfTheWrongHiddenSize) {
   TestRng rng;
   MoeCase c = random_moe_case("olmoe", rng, {.tokens = 3});
   c.x = rng.normal_tensor({3, c.x.size(1) + 1});
-  ScratchDir dir;
+  TempDir dir;
   write_case(dir.path(), c);
   expect_user_error(run_moe(dir, layer_args(dir)), {});
 }
@@ -585,7 +558,7 @@ TEST(LayerBadInput, InputOfTheWrongHiddenSize) {
 TEST(LayerBadInput, TruncatedWeights) {
   TestRng rng;
   const MoeCase c = random_moe_case("deepseek_v3", rng, {.tokens = 4});
-  ScratchDir dir;
+  TempDir dir;
   write_case(dir.path(), c);
   const fs::path weights = dir / "weights.safetensors";
   const uintmax_t size = fs::file_size(weights);
@@ -599,7 +572,7 @@ TEST(LayerBadInput, TruncatedWeights) {
 TEST(LayerBadInput, MissingFiles) {
   TestRng rng;
   const MoeCase c = random_moe_case("qwen2_moe", rng, {.tokens = 4});
-  ScratchDir dir;
+  TempDir dir;
   write_case(dir.path(), c);
   for (const char* option : {"--input", "--weights", "--config"}) {
     SCOPED_TRACE(option);
@@ -612,7 +585,7 @@ TEST(LayerBadInput, MissingFiles) {
 TEST(LayerBadInput, BadOptionValues) {
   TestRng rng;
   const MoeCase c = random_moe_case("qwen3_moe", rng, {.tokens = 4});
-  ScratchDir dir;
+  TempDir dir;
   write_case(dir.path(), c);
   expect_user_error(run_moe(dir, layer_args(dir, {"--paradigm", "sideways"})), {"sideways", "paradigm"});
   expect_user_error(run_moe(dir, layer_args(dir, {"--paradigm", "padded", "--overflow", "spill"})),
@@ -630,7 +603,7 @@ TEST(LayerDefaults, ExpertsFollowTheCheckpointDtype) {
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     const MoeCase c = random_moe_case("deepseek_v3", rng, {.weight_dtype = dtype, .tokens = 16});
-    ScratchDir dir;
+    TempDir dir;
     write_case(dir.path(), c);
     std::vector<std::string> args = layer_args(dir);
     const auto option = std::find(args.begin(), args.end(), "--cpu-experts");
@@ -665,7 +638,7 @@ TEST(LayerFastExperts, DefaultBf16AndInt8MatchTheOracle) {
     for (const char* weights : {"bf16", "int8"}) {
       SCOPED_TRACE(type + " " + weights);
       const MoeCase c = random_moe_case(type, rng, {.weight_dtype = DType::BF16, .tokens = 16});
-      ScratchDir dir;
+      TempDir dir;
       write_case(dir.path(), c);
       std::vector<std::string> args = layer_args(dir, {"--cpu-weights", weights});
       set_option(args, "--cpu-experts", "fast");
@@ -684,7 +657,7 @@ TEST(LayerFastExperts, DefaultBf16AndInt8MatchTheOracle) {
     }
   TestRng rng2;
   const MoeCase c = random_moe_case("qwen3_moe", rng2, {.tokens = 4});
-  ScratchDir dir;
+  TempDir dir;
   write_case(dir.path(), c);
   expect_user_error(run_moe(dir, layer_args(dir, {"--cpu-weights", "int8"})), {"int8", "fast"});
 }

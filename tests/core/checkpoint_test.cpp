@@ -14,36 +14,17 @@
 #include <thread>
 #include <vector>
 
+#include "temp_dir.h"
 #include "test_random.h"
 
 namespace moe {
 namespace {
 
+using test::TempDir;
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
-
-// A fresh directory under the system temp dir, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("moe_checkpoint_test_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter++) + "_" + (info ? info->name() : "x"));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
 
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -3,11 +3,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "cuda_test_util.h"
 #include "moe/core/safetensors.h"
 #include "moe/layer/random_weights.h"
+#include "temp_dir.h"
 #include "test_random.h"
 
 namespace moe {
@@ -33,8 +33,8 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const MoeConfig& config, 
 TEST(CudaLayerCli, AgreesWithTheCpuPath) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
-  const fs::path dir = fs::temp_directory_path() / ("moe-cuda-cli-" + std::to_string(rng.engine()()));
-  fs::create_directories(dir);
+  const test::TempDir temp;
+  const fs::path& dir = temp.path();
   const nlohmann::json config_json = test::cuda_case_config("deepseek_v3", 256, 128, 64, 6);
   std::ofstream(dir / "config.json") << config_json.dump();
   const MoeConfig config = parse_moe_config(config_json);
@@ -70,7 +70,6 @@ TEST(CudaLayerCli, AgreesWithTheCpuPath) {
   }
   EXPECT_GE(same, 44);
   EXPECT_LE(worst / scale, 1e-2);
-  fs::remove_all(dir);
 }
 
 }  // namespace
