@@ -6,6 +6,8 @@
 // for every warp, so silu(gate) * up is formed in registers in the epilogue.
 #include <cuda_bf16.h>
 
+#include <atomic>
+
 #include "launch.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
@@ -234,11 +236,15 @@ void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
   constexpr int OUT_COLS = SWIGLU ? C::BN / 2 : C::BN;
   const int64_t n_col_tiles = (g.n + OUT_COLS - 1) / OUT_COLS;
   const dim3 grid(static_cast<unsigned>(g.max_tiles * n_col_tiles));
-  static bool configured = false;  // NOTE: the attribute is per kernel and process; set it once
-  if (!configured) {
+  // NOTE: the shared-memory attribute belongs to the kernel on one device: set it once per device.
+  static std::atomic<uint64_t> configured_devices{0};
+  int device = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device % 64);
+  if (!(configured_devices.load() & bit)) {
     MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<C, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(C::SMEM_BYTES)));
-    configured = true;
+    configured_devices.fetch_or(bit);
   }
   launch_dependent(grouped_gemm_kernel<C, SWIGLU>, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, g.a, g.gather, g.b,
                    g.c, g.segment_offsets, g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, g.k, g.n,
