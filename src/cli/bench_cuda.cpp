@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "bench.h"
+#include "layer_cuda.h"
 #include "moe/core/float_convert.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/device_buffer.h"
@@ -79,6 +80,7 @@ double measure_copy_tbps(cudaStream_t stream) {
 
 std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
                                      BenchRouting routing, int repeats) {
+  MOE_CHECK(cuda_available(), "moe bench --backend cuda: no GPU is visible (use --backend cpu)");
   cudaStream_t stream;
   MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const double matmul = measure_matmul_tflops(stream), copy = measure_copy_tbps(stream);
