@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "moe/dist/communicator.h"
+#include "moe/dist/transfer.h"
 #include "moe/layer/moe_config.h"
 #include "moe/layer/moe_weights.h"
 
@@ -56,5 +58,39 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& shape, const std::vector<i
                                     BenchRouting routing, int repeats);
 std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
                                      BenchRouting routing, int repeats);
+
+// `moe bench --dispatch` (bench_dispatch.cpp): expert-parallel dispatch and combine over the ranks of
+// mpirun, uniform random routing, contiguous placement (E must divide by R), no expert compute.
+struct DispatchBenchArgs {
+  std::vector<int64_t> tokens = {128, 4096};  // per rank
+  std::vector<dist::Transfer> wires = {dist::Transfer::bf16, dist::Transfer::fp8};  // dispatch wire formats
+  int64_t hidden = 7168;
+  int n_experts = 256, top_k = 8;  // DeepSeek-V3
+  int repeats = 20;
+  std::string json;  // rank 0 writes the rows as a JSON list
+};
+
+struct DispatchBenchRow {
+  int ranks = 0;
+  int64_t tokens = 0, hidden = 0;
+  int n_experts = 0, top_k = 0;
+  std::string wire;
+  double copies_per_token = 0;  // token copies dispatched per token (one per destination rank, self included)
+  double dispatch_us = 0, combine_us = 0;                            // slowest rank, median of repeats
+  double dispatch_bytes_per_rank = 0, combine_bytes_per_rank = 0;    // sent to other ranks, mean over ranks
+  double peer_dispatch_us = 0, peer_combine_us = 0;                  // plain all-to-all of the same bytes
+  double max_rss_mib = 0;                                            // largest resident set of any rank so far
+  double dispatch_gbps() const;
+  double combine_gbps() const;
+  double peer_dispatch_gbps() const;
+  double peer_combine_gbps() const;
+};
+
+// Collective: every rank calls it and gets the same rows (one per token count and wire format).
+std::vector<DispatchBenchRow> run_dispatch_bench(dist::Communicator& comm, const DispatchBenchArgs& args);
+nlohmann::json to_json(const DispatchBenchRow& row);
+void print_dispatch_rows(const std::vector<DispatchBenchRow>& rows);
+// The command: the MPI world, the bench, and rank 0's table and JSON file.
+void run_dispatch_bench_command(const DispatchBenchArgs& args);
 
 }  // namespace moe::cli

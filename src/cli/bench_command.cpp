@@ -16,6 +16,9 @@ namespace {
 struct BenchArgs {
   std::string backend = "cpu", shape = "qwen3-30b-a3b", tokens = "1,16,128", routing = "balanced", json;
   int repeats = 20;
+  bool dispatch = false, tokens_given = false;  // --dispatch: the expert-parallel exchange (bench_dispatch.cpp)
+  std::string wire = "bf16,fp8";
+  int64_t hidden = 7168;
 };
 
 std::vector<int64_t> parse_tokens(const std::string& text) {
@@ -37,7 +40,18 @@ std::vector<int64_t> parse_tokens(const std::string& text) {
   return tokens;
 }
 
+void run_dispatch(const BenchArgs& a) {
+  DispatchBenchArgs d{.hidden = a.hidden, .repeats = a.repeats, .json = a.json};
+  if (a.tokens_given) d.tokens = parse_tokens(a.tokens);
+  d.wires.clear();
+  std::stringstream in(a.wire);
+  for (std::string item; std::getline(in, item, ',');) d.wires.push_back(dist::parse_transfer(item));
+  MOE_CHECK(!d.wires.empty(), "--wire is empty: use bf16, fp8, f32 or a comma-separated list of them");
+  run_dispatch_bench_command(d);
+}
+
 void run_bench(const BenchArgs& a) {
+  if (a.dispatch) return run_dispatch(a);
   const BenchShape shape = parse_bench_shape(a.shape);
   const std::vector<int64_t> tokens = parse_tokens(a.tokens);
   const BenchRouting routing = a.routing == "zipf" ? BenchRouting::zipf : BenchRouting::balanced;
@@ -69,7 +83,9 @@ Run add_bench_command(CLI::App& app) {
   cmd->add_option("--backend", args->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--shape", args->shape, "qwen3-30b-a3b, deepseek-v3, mixtral-8x7b, olmoe-1b-7b or custom:H,I,E,k")
       ->capture_default_str();
-  cmd->add_option("--tokens", args->tokens, "comma-separated token counts")->capture_default_str();
+  CLI::Option* tokens =
+      cmd->add_option("--tokens", args->tokens, "comma-separated token counts (per rank with --dispatch: 128,4096)")
+          ->capture_default_str();
   cmd->add_option("--routing", args->routing, "balanced (uniform logits) or zipf (skewed)")
       ->check(CLI::IsMember({"balanced", "zipf"}))
       ->capture_default_str();
@@ -77,7 +93,15 @@ Run add_bench_command(CLI::App& app) {
   cmd->add_option("--repeats", args->repeats, "timed runs per token count (median reported)")
       ->check(CLI::Range(3, 100000))
       ->capture_default_str();
-  return [args] { run_bench(*args); };
+  cmd->add_flag("--dispatch", args->dispatch,
+                "time expert-parallel dispatch and combine instead (under mpirun -np R, R >= 2)");
+  cmd->add_option("--wire", args->wire, "--dispatch: wire formats, comma-separated bf16, fp8, f32")
+      ->capture_default_str();
+  cmd->add_option("--hidden", args->hidden, "--dispatch: hidden size H")->check(CLI::PositiveNumber)->capture_default_str();
+  return [args, tokens] {
+    args->tokens_given = tokens->count() > 0;
+    run_bench(*args);
+  };
 }
 
 }  // namespace moe::cli

@@ -67,6 +67,12 @@ class MpiCommunicator final : public Communicator {
     MOE_MPI_CHECK(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE,
                                 MPI_COMM_WORLD));
   }
+  void alltoall(const void* send, void* recv, int64_t block_bytes) override {
+    MOE_CHECK(block_bytes >= 0 && block_bytes <= INT_MAX, "alltoall: {} bytes per peer do not fit MPI's int count",
+              block_bytes);
+    MOE_MPI_CHECK(MPI_Alltoall(send, static_cast<int>(block_bytes), MPI_BYTE, recv, static_cast<int>(block_bytes),
+                               MPI_BYTE, MPI_COMM_WORLD));
+  }
 
  private:
   int rank_ = 0, size_ = 1;

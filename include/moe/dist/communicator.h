@@ -22,6 +22,9 @@ class Communicator {
   // recv_counts must equal what the peers send (exchange the counts first).
   virtual void alltoallv(const void* send, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs,
                          void* recv, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs) = 0;
+  // Plain all-to-all (MPI_Alltoall semantics): send [size, block_bytes], block p to peer p; recv [size,
+  // block_bytes], block p from peer p. The transport's floor for dispatch and combine (`moe bench --dispatch`).
+  virtual void alltoall(const void* send, void* recv, int64_t block_bytes) = 0;
 };
 
 // Whether this build has the MPI transport (MPI found at configure time).
