@@ -6,6 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,21 +42,45 @@ struct BenchRow {
   std::string backend, routing;
   double us_median = 0, us_min = 0;
   double tflops = 0, weight_tbps = 0, floor_us = 0, ratio_to_floor = 0;
-  double experts_touched = 0;       // distinct experts per forward (mean over the rotating inputs)
+  double experts_touched = 0;       // distinct experts per forward (CUDA: mean over the inputs; CPU: median over runs)
   double matmul_tflops = 0, copy_tbps = 0;  // the ceilings measured in this run
   std::string peer;                 // a peer measured side by side, if any
   double peer_us = 0;
+  std::string weights = "bf16";     // expert weight format: bf16, or int8 (CPU; int8 floors count int8 bytes)
+  struct CpuDetails {               // `--backend cpu` only: written as extra JSON fields
+    std::string isa;
+    int threads = 0, layers = 0, reps = 0;
+    int64_t distinct_experts = 0;  // physical experts per layer (expert e aliases e mod this one)
+    double us_max = 0, router_prepare_us = 0, max_over_mean_load = 0;  // router_prepare_us: median over runs
+    double read_gbps_before = 0, read_gbps_after = 0;      // the ceilings before and after the timed runs
+    double peak_gflops_before = 0, peak_gflops_after = 0;  // (matmul_tflops, copy_tbps: the higher of each)
+  };
+  std::optional<CpuDetails> cpu;
 };
 
-// flops = 2·T·k·3·H·I; bytes = experts_touched · 3·H·I·2 (bf16). Fills tflops, weight_tbps, floor, ratio.
+// flops = 2·T·k·3·H·I; bytes = experts_touched · 3·H·I · (2 for bf16, 1 for int8). Fills tflops,
+// weight_tbps, floor, ratio.
 void finish_row(BenchRow& row);
 
 nlohmann::json to_json(const BenchRow& row);
 void print_rows(const std::vector<BenchRow>& rows);
 
+// `--backend cpu` (bench_cpu.cpp). Cold weights: the runs rotate over `layers` copies of the layer;
+// expert e aliases physical expert e mod P where all layers' packed experts would pass max_gib (the floor
+// still counts every touched logical expert).
+struct CpuBenchOptions {
+  BenchRouting routing = BenchRouting::balanced;
+  int repeats = 20;          // at least this many timed runs per token count ...
+  double min_seconds = 0;    // ... and at least this long
+  std::string weights = "bf16";  // bf16 or int8
+  int layers = 0;            // 0: enough that the rotated weights exceed the last-level cache several times
+  double max_gib = 8.0;      // bound on the packed expert weights of all layers
+  uint64_t seed = 1;
+};
+
 // Each backend's runner: one row per token count.
 std::vector<BenchRow> run_cpu_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
-                                    BenchRouting routing, int repeats);
+                                    const CpuBenchOptions& options);
 std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
                                      BenchRouting routing, int repeats);
 

@@ -16,6 +16,8 @@ namespace {
 struct BenchArgs {
   std::string backend = "cpu", shape = "qwen3-30b-a3b", tokens = "1,16,128", routing = "balanced", json;
   int repeats = 20;
+  CpuBenchOptions cpu;                       // --cpu-weights, --layers, --max-gib, --min-seconds
+  std::vector<const CLI::Option*> cpu_only;  // refused with --backend cuda
   bool dispatch = false, tokens_given = false;  // --dispatch: the expert-parallel exchange (bench_dispatch.cpp)
   std::string wire = "bf16,fp8";
   int64_t hidden = 7168;
@@ -57,13 +59,18 @@ void run_bench(const BenchArgs& a) {
   const BenchRouting routing = a.routing == "zipf" ? BenchRouting::zipf : BenchRouting::balanced;
   std::vector<BenchRow> rows;
   if (a.backend == "cuda") {
+    for (const CLI::Option* option : a.cpu_only)
+      MOE_CHECK(option->count() == 0, "{} is a CPU option: drop it with --backend cuda", option->get_name());
 #if MOE_WITH_CUDA
     rows = run_cuda_bench(shape, tokens, routing, a.repeats);
 #else
     MOE_FAIL("this build has no CUDA backend (no nvcc at configure time): use --backend cpu");
 #endif
   } else {
-    rows = run_cpu_bench(shape, tokens, routing, a.repeats);
+    CpuBenchOptions cpu = a.cpu;
+    cpu.routing = routing;
+    cpu.repeats = a.repeats;
+    rows = run_cpu_bench(shape, tokens, cpu);
   }
   print_rows(rows);
   if (!a.json.empty()) {
@@ -93,6 +100,20 @@ Run add_bench_command(CLI::App& app) {
   cmd->add_option("--repeats", args->repeats, "timed runs per token count (median reported)")
       ->check(CLI::Range(3, 100000))
       ->capture_default_str();
+  args->cpu_only = {
+      cmd->add_option("--cpu-weights", args->cpu.weights, "CPU: expert weights bf16 or int8 (int8 floors: int8 bytes)")
+          ->check(CLI::IsMember({"bf16", "int8"}))
+          ->capture_default_str(),
+      cmd->add_option("--layers", args->cpu.layers, "CPU: layers rotated for cold weights (0: enough to exceed the cache)")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str(),
+      cmd->add_option("--max-gib", args->cpu.max_gib,
+                      "CPU: bound on the packed expert weights of all layers (beyond it experts alias)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str(),
+      cmd->add_option("--min-seconds", args->cpu.min_seconds, "CPU: time each token count at least this long too")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str()};
   cmd->add_flag("--dispatch", args->dispatch,
                 "time expert-parallel dispatch and combine instead (under mpirun -np R, R >= 2)");
   cmd->add_option("--wire", args->wire, "--dispatch: wire formats, comma-separated bf16, fp8, f32")

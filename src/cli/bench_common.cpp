@@ -72,7 +72,7 @@ void shape_router_for_routing(MoeWeights& w, BenchRouting routing, uint64_t seed
 void finish_row(BenchRow& r) {
   const double H = r.shape.hidden, I = r.shape.intermediate;
   const double flops = 2.0 * r.tokens * r.shape.top_k * 3.0 * H * I;
-  const double bytes = r.experts_touched * 3.0 * H * I * 2.0;
+  const double bytes = r.experts_touched * 3.0 * H * I * (r.weights == "int8" ? 1.0 : 2.0);
   r.tflops = flops / (r.us_median * 1e-6) / 1e12;
   r.weight_tbps = bytes / (r.us_median * 1e-6) / 1e12;
   r.floor_us = std::max(flops / (r.matmul_tflops * 1e12), bytes / (r.copy_tbps * 1e12)) * 1e6;
@@ -98,6 +98,22 @@ nlohmann::json to_json(const BenchRow& r) {
                       {"matmul_tflops", r.matmul_tflops},
                       {"copy_tbps", r.copy_tbps}};
   if (!r.peer.empty()) j["peer"] = {{"name", r.peer}, {"us", r.peer_us}};
+  j["weights"] = r.weights;
+  if (r.cpu) {
+    const BenchRow::CpuDetails& c = *r.cpu;
+    j.update({{"isa", c.isa},
+              {"threads", c.threads},
+              {"layers", c.layers},
+              {"distinct_experts_per_layer", c.distinct_experts},
+              {"reps", c.reps},
+              {"us_max", c.us_max},
+              {"router_prepare_us_median", c.router_prepare_us},
+              {"max_over_mean_load", c.max_over_mean_load},
+              {"read_gbps", r.copy_tbps * 1e3},
+              {"peak_gflops", r.matmul_tflops * 1e3},
+              {"ceilings_before", {{"read_gbps", c.read_gbps_before}, {"peak_gflops", c.peak_gflops_before}}},
+              {"ceilings_after", {{"read_gbps", c.read_gbps_after}, {"peak_gflops", c.peak_gflops_after}}}});
+  }
   return j;
 }
 
@@ -105,11 +121,29 @@ void print_rows(const std::vector<BenchRow>& rows) {
   fmt::print("{:<15} {:>6} {:>8} {:>7} {:>10} {:>8} {:>8} {:>9} {:>7}\n", "shape", "tokens", "routing", "backend",
              "us_median", "TFLOP/s", "TB/s", "floor us", "xfloor");
   for (const BenchRow& r : rows)
-    fmt::print("{:<15} {:>6} {:>8} {:>7} {:>10.1f} {:>8.1f} {:>8.2f} {:>9.1f} {:>7.2f}\n", r.shape.name, r.tokens,
+    fmt::print("{:<15} {:>6} {:>8} {:>7} {:>10.1f} {:>8.3f} {:>8.3f} {:>9.1f} {:>7.2f}\n", r.shape.name, r.tokens,
                r.routing, r.backend, r.us_median, r.tflops, r.weight_tbps, r.floor_us, r.ratio_to_floor);
-  if (!rows.empty())
+  if (rows.empty()) return;
+  if (!rows[0].cpu) {
     fmt::print("ceilings measured in this run: matmul {:.0f} TFLOP/s, copy {:.2f} TB/s\n", rows[0].matmul_tflops,
                rows[0].copy_tbps);
+    return;
+  }
+  // NOTE: the CPU's ceilings are small numbers: GB/s and GFLOP/s, per row (each keeps the stricter floor).
+  fmt::print("\n{:>6} {:>7} {:>10} {:>9} {:>9} {:>11} {:>10} {:>10}\n", "tokens", "weights", "spread %",
+             "router us", "read GB/s", "peak GFLOP/s", "peer us", "vs peer");
+  for (const BenchRow& r : rows) {
+    const BenchRow::CpuDetails& c = *r.cpu;
+    fmt::print("{:>6} {:>7} {:>4.0f}-{:<5.0f} {:>9.0f} {:>9.1f} {:>11.0f} {:>10} {:>10}\n", r.tokens, r.weights,
+               r.us_min / r.us_median * 100, c.us_max / r.us_median * 100, c.router_prepare_us, r.copy_tbps * 1e3,
+               r.matmul_tflops * 1e3, r.peer.empty() ? "-" : fmt::format("{:.0f}", r.peer_us),
+               r.peer.empty() ? "-" : fmt::format("{:.2f}x", r.peer_us / r.us_median));
+  }
+  fmt::print("\nspread: fastest and slowest run as % of the median. floor = max(touched weight bytes / read "
+             "bandwidth,\nflops / peak), ceilings measured before and after the timed runs, the higher of each "
+             "kept.\npeer: {} (issue 3's figures: same machine class, router excluded, best run); vs peer > 1: "
+             "faster than it.\n",
+             "llama.cpp MUL_MAT_ID");
 }
 
 }  // namespace moe::cli

@@ -1,15 +1,21 @@
-// `moe bench --backend cpu`: the CPU layer (default experts path) over rotating inputs and rotating copies
-// of the weights (so that weights come from DRAM, as in a real model), against ceilings measured in the
-// same run: the read bandwidth of all threads over a 2 GiB buffer, and the vdpbf16ps peak (fp32 FMA peak
-// where the CPU has no AVX512-BF16).
-#include <immintrin.h>
+// `moe bench --backend cpu`: one whole MoE layer on the CPU (router, prepare, fast experts with the fused
+// finalize) of a model's shape, timed against the floor max(touched weight bytes / read bandwidth,
+// flops / peak), with both ceilings measured in the same run (moe/cpu/ceilings.h). Weights are cold: the
+// runs rotate over several layers whose expert weights together exceed the last-level cache many times, as
+// a real model's layers do; each run's input differs, so do its touched experts. Memory is bounded
+// (--max-gib): where a shape's layers would not fit (DeepSeek-V3: 256 × 88 MB), expert e aliases physical
+// expert e mod P; the floor still counts every touched logical expert, as a real model streams each.
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "bench.h"
+#include "moe/core/check.h"
 #include "moe/core/thread_pool.h"
+#include "moe/cpu/ceilings.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
 
@@ -19,129 +25,159 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_of(const std::function<void()>& f) {
-  const auto start = Clock::now();
-  f();
-  return std::chrono::duration<double>(Clock::now() - start).count();
+// llama.cpp's MUL_MAT_ID on this machine class (issue 3): whole expert FFN, router excluded, 2 threads, cold
+// weights, µs per layer, best run; {bf16, q8_0}. 0 where not measured.
+double llama_us(const std::string& shape, int64_t T, bool int8) {
+  static const std::map<std::pair<std::string, int64_t>, std::pair<double, double>> table = {
+      {{"qwen3-30b-a3b", 1}, {1714, 1330}},    {{"qwen3-30b-a3b", 8}, {16152, 10835}},
+      {{"qwen3-30b-a3b", 32}, {38856, 36696}}, {{"qwen3-30b-a3b", 512}, {320229, 418279}},
+      {{"mixtral-8x7b", 1}, {20637, 12588}},   {{"mixtral-8x7b", 8}, {92669, 82900}},
+      {{"mixtral-8x7b", 512}, {3.10e6, 3.63e6}},
+  };
+  const auto it = table.find({shape, T});
+  return it == table.end() ? 0.0 : (int8 ? it->second.second : it->second.first);
 }
 
-// Bytes read per second by every pool thread summing its share of a 2 GiB buffer (best of 3).
-double measure_read_bandwidth() {
-  const int64_t n = (int64_t{2} << 30) / sizeof(float);
-  std::vector<float> buffer(n, 1.0f);
-  ThreadPool& pool = ThreadPool::global();
-  std::vector<double> sums(pool.size());
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep)
-    best = std::min(best, seconds_of([&] {
-      const int64_t chunk = (n + pool.size() - 1) / pool.size();
-      pool.parallel_for(pool.size(), 1, [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) {
-          float lanes[16] = {};
-          for (int64_t i = c * chunk; i + 16 <= std::min(n, (c + 1) * chunk); i += 16)
-            for (int l = 0; l < 16; ++l) lanes[l] += buffer[i + l];
-          double s = 0;
-          for (float v : lanes) s += v;
-          sums[c] = s;
-        }
-      });
-    }));
-  return double(n) * sizeof(float) / best;
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// FLOP/s of 12 independent accumulator chains per thread: vdpbf16ps (2 FMAs per fp32 lane pair) where
-// available, else fp32 FMA.
-__attribute__((target("avx512f,avx512bf16"))) double dpbf16_flops_per_thread(int64_t iterations) {
-  __m512 acc[12];
-  for (auto& a : acc) a = _mm512_setzero_ps();
-  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3f80);
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < iterations; ++i)
-    for (auto& a : acc) a = _mm512_dpbf16_ps(a, x, y);
-  const double s = std::chrono::duration<double>(Clock::now() - start).count();
-  float lanes[16], sink = 0;
-  for (auto& a : acc) {
-    _mm512_storeu_ps(lanes, a);
-    sink += lanes[0];
+// One layer's weights: `physical` distinct experts (expert e a view of physical e % physical), and the
+// router of the requested routing (shape_router_for_routing; every bench input holds 1 in column 0).
+MoeWeights bench_weights(const BenchShape& s, const MoeConfig& config, int64_t physical, BenchRouting routing,
+                         uint64_t seed) {
+  MoeWeights w;
+  w.router = Tensor::empty(DType::F32, {s.n_experts, s.hidden});  // [E, H], drawn by shape_router_for_routing
+  if (config.router_has_correction_bias) w.correction_bias = Tensor::zeros(DType::F32, {s.n_experts});  // [E]
+  shape_router_for_routing(w, routing, seed);
+  const float gate_std = 1.0f / std::sqrt(float(s.hidden)), down_std = 1.0f / std::sqrt(float(s.intermediate));
+  for (int64_t e = 0; e < s.n_experts; ++e) {
+    if (e < physical) {
+      const uint64_t base = seed + 16 * (e + 1);
+      w.experts.push_back({random_tensor({s.intermediate, s.hidden}, gate_std, base + 1, DType::BF16),   // [I, H]
+                           random_tensor({s.intermediate, s.hidden}, gate_std, base + 2, DType::BF16),   // [I, H]
+                           random_tensor({s.hidden, s.intermediate}, down_std, base + 3, DType::BF16)});  // [H, I]
+    } else {
+      w.experts.push_back(w.experts[e % physical]);
+    }
   }
-  return (sink > 0 ? 1.0 : 0.0) * 12.0 * iterations * 64.0 / s;  // 32 pairs x 2 flops per instruction
+  return w;
 }
 
-__attribute__((target("avx2,fma"))) double fma_flops_per_thread(int64_t iterations) {
-  __m256 acc[12];
-  for (auto& a : acc) a = _mm256_setzero_ps();
-  const __m256 x = _mm256_set1_ps(1.0f), y = _mm256_set1_ps(1e-9f);
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < iterations; ++i)
-    for (auto& a : acc) a = _mm256_fmadd_ps(x, y, a);
-  const double s = std::chrono::duration<double>(Clock::now() - start).count();
-  float lanes[8], sink = 0;
-  for (auto& a : acc) {
-    _mm256_storeu_ps(lanes, a);
-    sink += lanes[0];
-  }
-  return (sink >= 0 ? 1.0 : 0.0) * 12.0 * iterations * 16.0 / s;
-}
-
-double measure_compute_peak() {
-  ThreadPool& pool = ThreadPool::global();
-  const bool bf16 = __builtin_cpu_supports("avx512bf16");
-  std::vector<double> rates(pool.size());
-  pool.parallel_for(pool.size(), 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) rates[t] = bf16 ? dpbf16_flops_per_thread(20'000'000) : fma_flops_per_thread(20'000'000);
-  });
-  double total = 0;
-  for (double r : rates) total += r;
-  return total;
-}
+struct Measured {
+  std::vector<double> seconds, touched, router_prepare_ms;
+  double max_over_mean = 0;
+};
 
 }  // namespace
 
-std::vector<BenchRow> run_cpu_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
-                                    BenchRouting routing, int repeats) {
-  const double bandwidth = measure_read_bandwidth(), peak = measure_compute_peak();
-  const MoeConfig config = bench_config(shape);
-  // Enough weight copies that one forward's experts are not in the caches from the previous one.
-  const double layer_bytes = 3.0 * config.hidden_size * config.expert_intermediate_size * 2.0 * config.router.n_experts;
-  const int n_layers = static_cast<int>(std::clamp(std::ceil(256e6 / layer_bytes), 1.0, 4.0));
-  std::vector<std::unique_ptr<MoeLayer>> layers;
-  for (int l = 0; l < n_layers; ++l) {
-    MoeWeights w = random_moe_weights(config, 1234 + l, DType::BF16);
-    shape_router_for_routing(w, routing, 99);
-    layers.push_back(std::make_unique<MoeLayer>(config, std::move(w)));
-  }
-  std::vector<BenchRow> rows;
-  for (int64_t T : tokens) {
+std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64_t>& tokens,
+                                    const CpuBenchOptions& o) {
+  MOE_CHECK(o.weights == "bf16" || o.weights == "int8", "--cpu-weights '{}': use bf16 or int8", o.weights);
+  MOE_CHECK(o.max_gib > 0, "--max-gib {}: must be positive", o.max_gib);
+  MOE_CHECK(o.layers >= 0, "--layers {}: must be positive (or 0 for enough to exceed the cache)", o.layers);
+  const MoeConfig config = bench_config(s);
+  const bool int8 = o.weights == "int8";
+  const cpu::WeightFormat format = int8 ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16;
+  const cpu::Isa isa = cpu::detect_isa();
+  const int n_threads = ThreadPool::global().size();
+
+  // Footprint: packed weights of all layers within max_gib; enough layers (>= 1.5 GiB, about 6x the 260 MB
+  // LLC of the issue-3 machine) that each run's experts come from DRAM.
+  const double expert_bytes = 3.0 * s.hidden * s.intermediate * (int8 ? 1.0 : 2.0);
+  const int layers = o.layers > 0 ? o.layers
+                                  : static_cast<int>(std::clamp(std::ceil(1.5 * (1 << 30) / (expert_bytes * s.n_experts)),
+                                                                2.0, 8.0));
+  const int64_t physical =
+      std::min<int64_t>(s.n_experts, static_cast<int64_t>(o.max_gib * (1 << 30) / layers / expert_bytes));
+  MOE_CHECK(physical >= 1, "--max-gib {} cannot hold one expert per layer for {} layers", o.max_gib, layers);
+
+  fmt::print("moe bench --backend cpu: {} (H {}, I {}, E {}, k {}), {} weights, {} threads, ISA {}\n", s.name,
+             s.hidden, s.intermediate, s.n_experts, s.top_k, o.weights, n_threads, cpu::isa_name(isa));
+  fmt::print("  {} layers rotated, {} distinct experts each{} ({:.2f} GiB of packed expert weights)\n", layers,
+             physical, physical < s.n_experts ? fmt::format(" (expert e aliases e mod {})", physical) : "",
+             layers * physical * expert_bytes / (1 << 30));
+  std::vector<std::unique_ptr<MoeLayer>> stack;
+  const auto build_start = Clock::now();
+  const LayerOptions options{.cpu_experts = CpuExperts::fast, .cpu_weights = format};
+  for (int l = 0; l < layers; ++l)
+    stack.push_back(std::make_unique<MoeLayer>(config, bench_weights(s, config, physical, o.routing, o.seed + 1000 * l),
+                                               options));
+  fmt::print("  built and packed in {:.1f} s\n", std::chrono::duration<double>(Clock::now() - build_start).count());
+
+  // NOTE: the ceilings are measured before and after the timed runs and the higher of each is used (the
+  // stricter floor): on a shared machine either measurement alone may catch a slow minute.
+  const double bandwidth_before = cpu::measure_read_bandwidth(), peak_before = cpu::measure_peak_flops(isa, format);
+  std::vector<Measured> measured;
+  for (const int64_t T : tokens) {
+    constexpr int kInputs = 4;  // distinct inputs: routing and touched experts change from run to run
     std::vector<Tensor> inputs;
-    for (int i = 0; i < 4; ++i) {
-      Tensor x = random_tensor({T, config.hidden_size}, 1.0f, 500 + i);
-      for (int64_t t = 0; t < T; ++t) x.data_as<float>()[t * config.hidden_size] = 1.0f;  // the routing feature
-      inputs.push_back(x.to(DType::BF16));
+    for (int i = 0; i < kInputs; ++i) {
+      Tensor x = random_tensor({T, s.hidden}, 1.0f, o.seed + 77 * (i + 1) + T, DType::F32);  // [T, H]
+      for (int64_t t = 0; t < T; ++t) x.data_as<float>()[t * s.hidden] = 1.0f;             // the routing feature
+      inputs.push_back(x);
     }
-    double touched = 0;
-    std::vector<double> us;
-    for (int r = -2; r < repeats; ++r) {  // two warm-up runs
-      MoeLayer& layer = *layers[(r + 2) % n_layers];
-      LayerOutput out;
-      const double s = seconds_of([&] { out = layer.forward(inputs[(r + 2) % inputs.size()]); });
-      if (r < 0) continue;
-      us.push_back(s * 1e6);
-      touched += std::count_if(out.stats.tokens_per_expert.begin(), out.stats.tokens_per_expert.end(),
-                               [](int64_t c) { return c > 0; });
+    Measured m;
+    const auto bench_start = Clock::now();
+    for (int rep = -1;; ++rep) {  // one warm-up run
+      const size_t index = static_cast<size_t>(rep + 1);
+      MoeLayer& layer = *stack[index % stack.size()];
+      const auto start = Clock::now();
+      const LayerOutput out = layer.forward(inputs[index % inputs.size()]);
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (rep < 0) continue;
+      // NOTE: every touched logical expert counts, as in a real model where each is distinct memory (the
+      // kernels stream each logical expert's weights; aliasing only saves memory here).
+      m.touched.push_back(static_cast<double>(std::count_if(out.stats.tokens_per_expert.begin(),
+                                                            out.stats.tokens_per_expert.end(),
+                                                            [](int64_t c) { return c > 0; })));
+      m.seconds.push_back(seconds);
+      m.router_prepare_ms.push_back(out.timings.router_ms + out.timings.prepare_ms);
+      m.max_over_mean = std::max(m.max_over_mean, out.stats.max_over_mean);
+      if (static_cast<int>(m.seconds.size()) >= o.repeats &&
+          std::chrono::duration<double>(Clock::now() - bench_start).count() >= o.min_seconds)
+        break;
     }
-    std::sort(us.begin(), us.end());
+    measured.push_back(std::move(m));
+  }
+  const double bandwidth_after = cpu::measure_read_bandwidth(), peak_after = cpu::measure_peak_flops(isa, format);
+
+  std::vector<BenchRow> rows;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const Measured& m = measured[i];
     BenchRow row;
-    row.shape = shape;
-    row.tokens = T;
+    row.shape = s;
+    row.tokens = tokens[i];
     row.backend = "cpu";
-    row.routing = routing == BenchRouting::zipf ? "zipf" : "balanced";
-    row.us_median = us[us.size() / 2];
-    row.us_min = us[0];
-    row.experts_touched = touched / repeats;
-    row.matmul_tflops = peak / 1e12;
-    row.copy_tbps = bandwidth / 1e12;
+    row.routing = o.routing == BenchRouting::zipf ? "zipf" : "balanced";
+    row.weights = o.weights;
+    row.us_median = median(m.seconds) * 1e6;
+    row.us_min = *std::min_element(m.seconds.begin(), m.seconds.end()) * 1e6;
+    // NOTE: the floor is monotone in the touched bytes, so the floor of the median run is the median floor.
+    row.experts_touched = median(m.touched);
+    row.matmul_tflops = std::max(peak_before, peak_after) / 1e12;
+    row.copy_tbps = std::max(bandwidth_before, bandwidth_after) / 1e12;
+    if (const double llama = llama_us(s.name, tokens[i], int8); llama > 0) {
+      row.peer = "llama.cpp";
+      row.peer_us = llama;
+    }
+    row.cpu = BenchRow::CpuDetails{
+        .isa = std::string(cpu::isa_name(isa)),
+        .threads = n_threads,
+        .layers = layers,
+        .reps = static_cast<int>(m.seconds.size()),
+        .distinct_experts = physical,
+        .us_max = *std::max_element(m.seconds.begin(), m.seconds.end()) * 1e6,
+        .router_prepare_us = median(m.router_prepare_ms) * 1e3,
+        .max_over_mean_load = m.max_over_mean,
+        .read_gbps_before = bandwidth_before / 1e9,
+        .read_gbps_after = bandwidth_after / 1e9,
+        .peak_gflops_before = peak_before / 1e9,
+        .peak_gflops_after = peak_after / 1e9,
+    };
     finish_row(row);
-    rows.push_back(row);
+    rows.push_back(std::move(row));
   }
   return rows;
 }
