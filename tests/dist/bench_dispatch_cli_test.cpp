@@ -1,7 +1,6 @@
 // `mpirun -np 2 moe bench --dispatch` on tiny sizes: rank 0's JSON has every figure, positive, and the
 // byte counts agree with the wire formats; one rank is refused clearly.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -9,24 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "run_command.h"
+#include "temp_dir.h"
+
 namespace moe::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string err;
-};
-
-RunResult run(const fs::path& dir, const std::string& command) {
-  const std::string err_file = (dir / "stderr.txt").string();
-  const int status = std::system((command + " >/dev/null 2>" + err_file).c_str());
-  std::ifstream in(err_file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
-}
 
 std::string bench_dispatch(int ranks, const std::string& args) {
   // NOTE: one thread per rank: the ranks already share CI's two cores.
@@ -36,21 +24,16 @@ std::string bench_dispatch(int ranks, const std::string& args) {
 
 class BenchDispatchCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("moe_bench_dispatch_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-  fs::path dir_;
+  TempDir temp_;
+  const fs::path dir_ = temp_.path();
 };
 
 TEST_F(BenchDispatchCli, TwoRanksWriteEveryFigure) {
   const int64_t H = 256, k = 8;
   const fs::path json = dir_ / "dispatch.json";
-  const RunResult r = run(dir_, bench_dispatch(2, "--tokens 8,24 --hidden 256 --wire bf16,fp8 --repeats 3 --json " +
-                                                      json.string()));
+  const CommandResult r = run_command(
+      dir_,
+      bench_dispatch(2, "--tokens 8,24 --hidden 256 --wire bf16,fp8 --repeats 3 --json " + json.string()));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream file(json);
   const nlohmann::json rows = nlohmann::json::parse(file);
@@ -63,8 +46,8 @@ TEST_F(BenchDispatchCli, TwoRanksWriteEveryFigure) {
     EXPECT_EQ(row["wire"], i % 2 == 0 ? "bf16" : "fp8");
     EXPECT_EQ(row["H"], H);
     EXPECT_EQ(row["k"], k);
-    for (const char* key : {"copies_per_token", "dispatch_us", "dispatch_bytes_per_rank", "dispatch_gbps", "combine_us",
-                            "combine_bytes_per_rank", "combine_gbps", "dispatch_ratio_to_peer",
+    for (const char* key : {"copies_per_token", "dispatch_us", "dispatch_bytes_per_rank", "dispatch_gbps",
+                            "combine_us", "combine_bytes_per_rank", "combine_gbps", "dispatch_ratio_to_peer",
                             "combine_ratio_to_peer", "max_rss_mib"}) {
       ASSERT_TRUE(row.contains(key) && row[key].is_number()) << key;
       EXPECT_GT(row[key].get<double>(), 0.0) << key;
@@ -85,7 +68,7 @@ TEST_F(BenchDispatchCli, TwoRanksWriteEveryFigure) {
 }
 
 TEST_F(BenchDispatchCli, OneRankIsRefused) {
-  const RunResult r = run(dir_, bench_dispatch(1, "--tokens 8 --hidden 128 --repeats 3"));
+  const CommandResult r = run_command(dir_, bench_dispatch(1, "--tokens 8 --hidden 128 --repeats 3"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("R >= 2"), std::string::npos) << r.err;
 }
