@@ -51,12 +51,14 @@ inline uint16_t f32_to_f16(float value) {
 }
 
 inline float fp8_e4m3_to_f32(uint8_t bits) {
-  const float sign = (bits & 0x80u) ? -1.0f : 1.0f;
-  const int exponent = (bits >> 3) & 0xf;
-  const int mantissa = bits & 0x7;
-  if (exponent == 0xf && mantissa == 0x7) return std::copysign(std::nanf(""), sign);  // keeps 0xff apart from 0x7f
-  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
-  return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+  const uint32_t sign = uint32_t{bits & 0x80u} << 24;
+  const uint32_t exponent = (bits >> 3) & 0xfu, mantissa = bits & 0x7u;
+  if (exponent == 0xf && mantissa == 0x7) return std::bit_cast<float>(sign | 0x7fc00000u);  // NaN
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-9, exact in fp32
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 0x1.0p-9f) | sign);
+  }
+  // NOTE: bit placement, not ldexp: this runs per value in the fp8 dispatch of expert parallelism.
+  return std::bit_cast<float>(sign | ((exponent + 120u) << 23) | (mantissa << 20));
 }
 
 inline uint8_t f32_to_fp8_e4m3(float value) {
