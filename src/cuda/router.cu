@@ -25,10 +25,20 @@ __device__ __forceinline__ ArgMax better(ArgMax a, ArgMax b) {
   return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
 }
 
+// An unsigned key with the order of the floats (for finite values and infinities).
+__device__ __forceinline__ unsigned ordered_key(float v) {
+  const unsigned u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The warp's best (largest value, then lowest index). NOTE: two warp-wide reductions (sm_80+) instead of a
+// five-step shuffle tree with two shuffles a step: the top-k loop runs this k times per token.
 __device__ __forceinline__ ArgMax warp_argmax(ArgMax x) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    x = better(x, {__shfl_xor_sync(kFullMask, x.value, offset), __shfl_xor_sync(kFullMask, x.index, offset)});
-  return x;
+  const unsigned key = ordered_key(x.value);
+  const unsigned best_key = __reduce_max_sync(kFullMask, key);
+  const unsigned index = __reduce_min_sync(kFullMask, key == best_key ? static_cast<unsigned>(x.index) : ~0u);
+  const unsigned bits = (best_key & 0x80000000u) ? (best_key & 0x7fffffffu) : ~best_key;  // the key's float
+  return {__uint_as_float(bits), static_cast<int>(index)};
 }
 
 __device__ __forceinline__ float warp_max(float x) {
