@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
       {"info", moe::cli::add_info_command(app)},
       {"bench", moe::cli::add_bench_command(app)},
       {"plan", moe::cli::add_plan_command(app)},
+      {"tokenize", moe::cli::add_tokenize_command(app)},
   };
   try {
     app.parse(argc, argv);
