@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build git pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev
   libpcre2-dev  # Unicode regexes of the tokenizer's pre-tokenizers (src/model)
+  libutf8proc-dev  # NFC normalisation of the tokenizer (src/model)
   libopenmpi-dev openmpi-bin  # expert parallelism (src/dist) and its mpirun tests
 )
 

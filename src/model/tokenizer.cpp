@@ -2,6 +2,8 @@
 // decode (id -> token -> decoder chain), each step following the `tokenizers` library's semantics.
 #include "moe/model/tokenizer.h"
 
+#include <utf8proc.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -93,13 +95,26 @@ struct Pattern {
   }
 };
 
+// Canonical composition (NFC) of UTF-8 text.
+std::string nfc(const std::string& text) {
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  MOE_CHECK(n >= 0, "NFC normalisation failed: {} (is the text valid UTF-8?)", utf8proc_errmsg(n));
+  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return result;
+}
+
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 enum class PrependScheme { kAlways, kFirst, kNever };
 
 // Normalisers.
 struct Prepend { std::string text; };
 struct ReplaceText { Pattern pattern; std::string content; };
-using NormalizerStep = std::variant<Prepend, ReplaceText>;
+struct Nfc {};  // Unicode canonical composition (utf8proc), as Qwen2's files ask
+using NormalizerStep = std::variant<Prepend, ReplaceText, Nfc>;
 
 // Pre-tokenizers.
 struct ByteLevelSplit { bool add_prefix_space; std::shared_ptr<UnicodeRegex> regex; };
@@ -253,7 +268,7 @@ struct Tokenizer::Impl {
       normalizer.push_back(ReplaceText{parse_pattern(need(j, "pattern", "normalizer Replace"), "normalizer Replace"),
                                        need(j, "content", "normalizer Replace").get<std::string>()});
     } else if (type == "NFC") {
-      // NOTE: identity; text already in NFC (nearly all text) tokenises exactly.
+      normalizer.push_back(Nfc{});
     } else {
       fail(fmt::format("unsupported normalizer type '{}' (supported: Sequence, Prepend, Replace, NFC)", type));
     }
@@ -434,6 +449,8 @@ struct Tokenizer::Impl {
         if (!text.empty()) text = p->text + text;
       } else if (const auto* r = std::get_if<ReplaceText>(&step)) {
         text = r->pattern.replace(text, r->content);
+      } else if (std::holds_alternative<Nfc>(step)) {
+        text = nfc(text);
       }
     }
     return text;

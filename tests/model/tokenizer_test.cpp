@@ -72,6 +72,17 @@ TEST(Tokenizer, AddsTheTemplatePrefix) {
   EXPECT_EQ(with_bos[0], 1);
 }
 
+TEST(Tokenizer, NfcNormalizerComposesDecomposedText) {
+  auto j = read_json(kData / "qwen2" / "tokenizer.json");
+  const Tokenizer plain = Tokenizer::from_json(j.dump(), "qwen2");
+  j["normalizer"] = {{"type", "NFC"}};
+  const Tokenizer nfc = Tokenizer::from_json(j.dump(), "qwen2+nfc");
+  const std::string composed = "caf\u00e9 \u00c5ngstr\u00f6m", decomposed = "cafe\u0301 A\u030angstro\u0308m";
+  EXPECT_EQ(nfc.encode(decomposed), plain.encode(composed));
+  EXPECT_EQ(nfc.encode(composed), plain.encode(composed));
+  EXPECT_NE(plain.encode(decomposed), plain.encode(composed));  // the normaliser is what makes them equal
+}
+
 TEST(Tokenizer, RejectsAnIdOutsideTheVocabulary) {
   const Tokenizer tokenizer = Tokenizer::load(kData / "gpt2" / "tokenizer.json");
   const std::vector<int32_t> ids = {tokenizer.vocab_size()};

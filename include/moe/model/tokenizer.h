@@ -6,8 +6,7 @@
 //
 // Supported: model BPE (vocab, merges in "a b" or ["a", "b"] form, byte_fallback, unk_token, fuse_unk,
 // ignore_merges); added_tokens (matched whole before normalisation, leftmost-longest; lstrip, rstrip,
-// single_word, normalized); normalizers Sequence, Prepend, Replace, NFC (NOTE: applied as the identity, so
-// decomposed input tokenises as written); pre-tokenizers Sequence, ByteLevel, Split, Metaspace, Digits;
+// single_word, normalized); normalizers Sequence, Prepend, Replace, NFC (utf8proc); pre-tokenizers Sequence, ByteLevel, Split, Metaspace, Digits;
 // decoders Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace; post-processors
 // TemplateProcessing (single sequence), ByteLevel and Sequence of those.
 
