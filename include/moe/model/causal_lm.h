@@ -1,0 +1,88 @@
+#pragma once
+// A HuggingFace MoE causal language model (mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3)
+// loaded from a model directory: embeddings, decoder layers (attention + MoE or dense MLP), final norm and
+// lm_head, with a KV cache per sequence. The MoE blocks run through moe::MoeLayer (CPU) or
+// moe::cuda::CudaMoeLayer (--backend cuda); everything else runs on the CPU in fp32.
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "moe/layer/moe_layer.h"
+
+namespace moe::model {
+
+enum class ModelBackend : uint8_t { cpu, cuda };
+
+struct ModelOptions {
+  ModelBackend backend = ModelBackend::cpu;
+  // CPU MoE experts: `reference` computes in fp32/fp64 from the checkpoint's weights (what the fixtures
+  // are checked with); `fast` uses the optimised bf16/int8 kernels.
+  CpuExperts cpu_experts = CpuExperts::reference;
+  cpu::WeightFormat cpu_weights = cpu::WeightFormat::bf16;
+  int64_t max_batched_tokens = 4096;  // the largest forward (prefill chunk) the CUDA workspace is sized for
+  // Called while loading with a short description ("layer 3/48") for a progress line; may be empty.
+  std::function<void(const std::string&)> progress;
+};
+
+// What a user needs to know about a loaded model.
+struct ModelInfo {
+  std::string model_type;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t max_position_embeddings = 0;
+  std::vector<int64_t> moe_layers;     // decoder layer indices N (of model.layers.N) that hold a MoE block
+  int64_t num_experts = 0;
+  int top_k = 0;
+  std::vector<int32_t> eos_token_ids;  // config.json / generation_config.json eos_token_id (int or list)
+  int32_t bos_token_id = -1;           // -1 when none
+};
+
+// One routing decision: token `pos` of sequence `seq` in MoE layer `layer` (decoder layer index).
+struct RoutingEvent {
+  int64_t seq = 0;
+  int64_t pos = 0;
+  int32_t token = 0;
+  int64_t layer = 0;
+  std::vector<int32_t> experts;  // top-k expert ids, in the router's order (highest score first)
+  std::vector<float> weights;    // their routing weights (after renormalisation and scaling)
+};
+using RoutingObserver = std::function<void(const RoutingEvent&)>;
+
+// The KV caches of a batch of sequences (one per sequence, each growing as tokens are appended).
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+  virtual int64_t num_sequences() const = 0;
+  virtual int64_t length(int64_t seq) const = 0;  // tokens already in sequence `seq`
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+
+  // Loads DIR (config.json, model.safetensors or a sharded index; F32, BF16, F16; memory-mapped). Throws
+  // moe::Error naming the missing file or tensor, the shape that disagrees with the config, or the
+  // unsupported model_type / feature.
+  static std::unique_ptr<CausalLM> load(const std::filesystem::path& dir, const ModelOptions& options = {});
+
+  virtual const ModelInfo& info() const = 0;
+
+  // An empty cache for `num_sequences` sequences of at most `max_length` tokens each.
+  virtual std::unique_ptr<KvCache> new_cache(int64_t num_sequences, int64_t max_length) const = 0;
+
+  // Appends new_tokens[s] to sequence s (a sequence may get none) and runs them through the model in one
+  // batch: the MoE blocks see all the batch's tokens at once, attention each sequence against its own
+  // cache. Returns the logits [sum of new tokens, vocab] F32 in order (sequence 0's tokens first); with
+  // last_only, one row per sequence that got tokens (its last new token). `observer`, when set, is called
+  // for every (token, MoE layer).
+  virtual Tensor forward(std::span<const std::vector<int32_t>> new_tokens, KvCache& cache, bool last_only,
+                         const RoutingObserver& observer = {}) = 0;
+};
+
+}  // namespace moe::model
