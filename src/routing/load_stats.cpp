@@ -13,16 +13,30 @@ LoadStats compute_load_stats(std::span<const int32_t> topk_ids, int64_t n_tokens
                              std::span<const int64_t> dropped_per_expert, int64_t capacity) {
   MOE_CHECK(static_cast<int64_t>(topk_ids.size()) == n_tokens * top_k, "topk_ids hold {} ids, expected {} x {}",
             topk_ids.size(), n_tokens, top_k);
+  std::vector<int64_t> counts(n_experts, 0);
+  for (int32_t e : topk_ids) {
+    MOE_CHECK(e >= 0 && e < n_experts, "expert id {} out of range [0, {})", e, n_experts);
+    ++counts[e];
+  }
+  return load_stats_from_counts(counts, n_tokens, top_k, dropped_per_expert, capacity);
+}
+
+LoadStats load_stats_from_counts(std::span<const int64_t> tokens_per_expert, int64_t n_tokens, int top_k,
+                                 std::span<const int64_t> dropped_per_expert, int64_t capacity) {
+  const int n_experts = static_cast<int>(tokens_per_expert.size());
+  int64_t pairs = 0;
+  for (int64_t c : tokens_per_expert) {
+    MOE_CHECK(c >= 0, "negative expert count {}", c);
+    pairs += c;
+  }
+  MOE_CHECK(pairs == n_tokens * top_k, "expert counts add up to {} pairs, expected {} tokens x top-{} = {}", pairs,
+            n_tokens, top_k, n_tokens * top_k);
   LoadStats s;
   s.n_tokens = n_tokens;
   s.top_k = top_k;
   s.n_experts = n_experts;
   s.capacity = capacity;
-  s.tokens_per_expert.assign(n_experts, 0);
-  for (int32_t e : topk_ids) {
-    MOE_CHECK(e >= 0 && e < n_experts, "expert id {} out of range [0, {})", e, n_experts);
-    ++s.tokens_per_expert[e];
-  }
+  s.tokens_per_expert.assign(tokens_per_expert.begin(), tokens_per_expert.end());
   s.dropped_per_expert.assign(n_experts, 0);
   if (!dropped_per_expert.empty()) {
     MOE_CHECK(static_cast<int>(dropped_per_expert.size()) == n_experts, "dropped counts for {} experts, expected {}",

@@ -54,5 +54,15 @@ TEST(LoadStats, NoTokensAndBadIds) {
   EXPECT_THROW(compute_load_stats(bad, 1, 1, 3), Error);
 }
 
+TEST(LoadStats, FromCountsEqualsFromIds) {
+  const std::vector<int32_t> ids = {0, 1, 0, 1, 0, 2, 0, 1};
+  const std::vector<int64_t> counts = {4, 3, 1, 0};
+  EXPECT_EQ(to_json(load_stats_from_counts(counts, 4, 2)), to_json(compute_load_stats(ids, 4, 2, 4)));
+  // Counts that do not add up to n_tokens * top_k are a caller's mistake, not statistics.
+  EXPECT_THROW(load_stats_from_counts(counts, 3, 2), Error);
+  const std::vector<int64_t> negative = {9, -1};
+  EXPECT_THROW(load_stats_from_counts(negative, 4, 2), Error);
+}
+
 }  // namespace
 }  // namespace moe::routing

@@ -29,6 +29,11 @@ struct LoadStats {
 LoadStats compute_load_stats(std::span<const int32_t> topk_ids, int64_t n_tokens, int top_k, int n_experts,
                              std::span<const int64_t> dropped_per_expert = {}, int64_t capacity = -1);
 
+// The same statistics from per-expert pair counts `tokens_per_expert` [n_experts] (which must add up to
+// n_tokens * top_k): for callers that accumulate counts over many steps instead of keeping every top-k id.
+LoadStats load_stats_from_counts(std::span<const int64_t> tokens_per_expert, int64_t n_tokens, int top_k,
+                                 std::span<const int64_t> dropped_per_expert = {}, int64_t capacity = -1);
+
 // JSON with the field names above (the `--stats` file format).
 nlohmann::json to_json(const LoadStats& stats);
 
