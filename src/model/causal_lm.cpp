@@ -1,0 +1,191 @@
+// The causal LM: embeddings -> decoder layers (input_layernorm, attention, residual,
+// post_attention_layernorm, MoE block or dense MLP, residual) -> final norm -> lm_head, as transformers
+// 5.17's <Family>ForCausalLM computes it in fp32. Loading and the batched forward live here; the pieces
+// in attention.h, moe_block.h, dense_ops.h, rope.h, kv_cache.h.
+#include "moe/model/causal_lm.h"
+
+#include <cstring>
+
+#include "attention.h"
+#include "dense_ops.h"
+#include "kv_cache.h"
+#include "moe_block.h"
+#include "rope.h"
+#include "weight_reader.h"
+#include "moe/model/model_config.h"
+
+namespace moe::model {
+
+namespace {
+
+Tensor clone(const Tensor& t) {
+  Tensor out = Tensor::empty(t.dtype(), t.shape());
+  std::memcpy(out.data(), t.data(), t.nbytes());
+  return out;
+}
+
+struct DecoderLayer {
+  Tensor input_norm, post_norm;  // [H] F32
+  std::unique_ptr<Attention> attention;
+  std::unique_ptr<MoeBlock> moe;  // set for MoE layers
+  SwigluWeights dense;            // set for dense layers (checkpoint views)
+};
+
+class Model final : public CausalLM {
+ public:
+  Model(const std::filesystem::path& dir, const ModelOptions& options)
+      : config_(load_model_config(dir)),
+        checkpoint_(Checkpoint::open(dir)),
+        reader_(checkpoint_, config_.model_type),
+        rope_(config_.rope) {
+    const ModelConfig& c = config_;
+    const int64_t H = c.hidden_size, V = c.vocab_size;
+    const std::string vocab_why = fmt::format("vocab_size {}, hidden_size {}", V, H);
+    embed_ = reader_.get("model.embed_tokens.weight", {V, H}, vocab_why);
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      if (options.progress) options.progress(fmt::format("layer {}/{}", i + 1, c.num_layers));
+      layers_.push_back(load_layer(i, options));
+    }
+    final_norm_ = reader_.get_f32("model.norm.weight", {H}, "hidden_size");
+    // NOTE: with tie_word_embeddings transformers uses the embedding as lm_head, even if the file has one.
+    lm_head_ = c.tie_word_embeddings ? embed_ : reader_.get("lm_head.weight", {V, H}, vocab_why + " (tie_word_embeddings false)");
+
+    info_ = {.model_type = c.model_type, .vocab_size = V, .hidden_size = H, .num_layers = c.num_layers,
+             .max_position_embeddings = c.max_position_embeddings, .moe_layers = {},
+             .num_experts = c.moe.router.n_experts, .top_k = c.moe.router.top_k, .eos_token_ids = c.eos_token_ids,
+             .bos_token_id = c.bos_token_id};
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      if (layers_[i].moe) info_.moe_layers.push_back(i);
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::unique_ptr<KvCache> new_cache(int64_t num_sequences, int64_t max_length) const override {
+    MOE_CHECK(config_.sliding_window == 0 || max_length <= config_.sliding_window,
+              "{} uses sliding-window attention (sliding_window {}), which this engine does not implement: "
+              "sequences are limited to {} tokens, asked for {}",
+              config_.model_type, config_.sliding_window, config_.sliding_window, max_length);
+    const int64_t kv_heads = config_.cache_kv_heads();
+    return std::make_unique<ModelKvCache>(this, config_.num_layers, num_sequences, max_length,
+                                          kv_heads * config_.qk_head_dim(), kv_heads * config_.v_dim());
+  }
+
+  Tensor forward(std::span<const std::vector<int32_t>> new_tokens, KvCache& kv_cache, bool last_only,
+                 const RoutingObserver& observer) override {
+    auto* cache = dynamic_cast<ModelKvCache*>(&kv_cache);
+    MOE_CHECK(cache && cache->owner() == this, "forward: the KV cache was not made by this model's new_cache");
+    MOE_CHECK(static_cast<int64_t>(new_tokens.size()) == cache->num_sequences(),
+              "forward: {} token lists for a cache of {} sequences (pass an empty list for a sequence without "
+              "new tokens)",
+              new_tokens.size(), cache->num_sequences());
+    BatchLayout batch;
+    std::vector<int32_t> ids;
+    for (int64_t s = 0; s < cache->num_sequences(); ++s) {
+      const auto& tokens = new_tokens[s];
+      if (tokens.empty()) continue;
+      const int64_t start = cache->length(s), count = static_cast<int64_t>(tokens.size());
+      MOE_CHECK(start + count <= cache->max_length(),
+                "sequence {} would hold {} tokens, more than the cache's max_length {}", s, start + count,
+                cache->max_length());
+      batch.spans.push_back({.seq = s, .row = batch.total, .count = count, .start = start});
+      for (int64_t i = 0; i < count; ++i) batch.positions.push_back(start + i);
+      ids.insert(ids.end(), tokens.begin(), tokens.end());
+      batch.total += count;
+    }
+    const int64_t V = config_.vocab_size;
+    if (batch.total == 0) return Tensor::empty(DType::F32, {0, V});
+
+    Tensor h = embedding_rows(embed_, ids);  // [T, H]
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+      DecoderLayer& layer = layers_[l];
+      Tensor x = clone(h);
+      rms_norm_rows(x, layer.input_norm, config_.rms_norm_eps);
+      add_in_place(h, layer.attention->forward(x, batch, *cache, l));
+      x = clone(h);
+      rms_norm_rows(x, layer.post_norm, config_.rms_norm_eps);
+      if (layer.moe) {
+        MoeBlockOutput out = layer.moe->forward(x);
+        add_in_place(h, out.hidden_states);
+        if (observer) report_routing(observer, batch, ids, l, out.topk);
+      } else {
+        add_in_place(h, dense_swiglu(x, layer.dense));
+      }
+    }
+    for (const BatchLayout::Span& s : batch.spans) cache->commit(s.seq, s.count);
+
+    if (last_only) {
+      Tensor last = Tensor::empty(DType::F32, {static_cast<int64_t>(batch.spans.size()), config_.hidden_size});
+      for (size_t i = 0; i < batch.spans.size(); ++i) {
+        const int64_t row = batch.spans[i].row + batch.spans[i].count - 1;
+        std::memcpy(last.data_as<float>() + i * config_.hidden_size, h.data_as<float>() + row * config_.hidden_size,
+                    config_.hidden_size * sizeof(float));
+      }
+      h = std::move(last);
+    }
+    rms_norm_rows(h, final_norm_, config_.rms_norm_eps);
+    return linear(h, lm_head_);  // [rows, V]
+  }
+
+ private:
+  DecoderLayer load_layer(int64_t i, const ModelOptions& options) {
+    const ModelConfig& c = config_;
+    const int64_t H = c.hidden_size;
+    const std::string p = fmt::format("model.layers.{}.", i);
+    DecoderLayer layer;
+    layer.input_norm = reader_.get_f32(p + "input_layernorm.weight", {H}, "hidden_size");
+    layer.post_norm = reader_.get_f32(p + "post_attention_layernorm.weight", {H}, "hidden_size");
+    layer.attention = c.attention == AttentionKind::mla ? make_mla_attention(c, reader_, i, rope_)
+                                                        : make_gqa_attention(c, reader_, i, rope_);
+    if (is_moe_layer(c.moe, i)) {
+      // Mixtral checkpoints name the block block_sparse_moe; transformers 5 in memory (and some
+      // re-saved checkpoints) call it mlp.
+      const bool mixtral_name = c.model_type == "mixtral" && reader_.contains(p + "block_sparse_moe.gate.weight");
+      const std::string prefix = p + (mixtral_name ? "block_sparse_moe." : "mlp.");
+      MoeWeights weights = load_moe_weights(checkpoint_, prefix, c.moe);
+      layer.moe = options.backend == ModelBackend::cuda ? make_cuda_moe_block(c.moe, weights, options)
+                                                        : make_cpu_moe_block(c.moe, std::move(weights), options);
+    } else {
+      const int64_t I = c.intermediate_size;
+      const std::string why = fmt::format("intermediate_size {}, hidden_size {} (dense layer)", I, H);
+      layer.dense = {.gate = reader_.get(p + "mlp.gate_proj.weight", {I, H}, why),
+                     .up = reader_.get(p + "mlp.up_proj.weight", {I, H}, why),
+                     .down = reader_.get(p + "mlp.down_proj.weight", {H, I}, why)};
+    }
+    return layer;
+  }
+
+  static void report_routing(const RoutingObserver& observer, const BatchLayout& batch,
+                             const std::vector<int32_t>& ids, int64_t layer, const TopK& topk) {
+    const int64_t k = topk.ids.size(1);
+    RoutingEvent event;
+    event.layer = layer;
+    for (const BatchLayout::Span& s : batch.spans) {
+      for (int64_t i = 0; i < s.count; ++i) {
+        const int64_t row = s.row + i;
+        event.seq = s.seq;
+        event.pos = s.start + i;
+        event.token = ids[row];
+        event.experts.assign(topk.ids.data_as<int32_t>() + row * k, topk.ids.data_as<int32_t>() + (row + 1) * k);
+        event.weights.assign(topk.weights.data_as<float>() + row * k, topk.weights.data_as<float>() + (row + 1) * k);
+        observer(event);
+      }
+    }
+  }
+
+  ModelConfig config_;
+  Checkpoint checkpoint_;
+  WeightReader reader_;
+  Rope rope_;
+  Tensor embed_, lm_head_;  // [V, H] checkpoint views
+  Tensor final_norm_;       // [H] F32
+  std::vector<DecoderLayer> layers_;
+  ModelInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<CausalLM> CausalLM::load(const std::filesystem::path& dir, const ModelOptions& options) {
+  return std::make_unique<Model>(dir, options);
+}
+
+}  // namespace moe::model

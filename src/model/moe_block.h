@@ -1,0 +1,33 @@
+#pragma once
+// One decoder layer's MoE block behind a backend-neutral interface: the CPU runs moe::MoeLayer, the CUDA
+// backend moe::cuda::CudaMoeLayer (moe_block_cuda.cpp, compiled only with CUDA, so that no other model
+// file sees a CUDA header).
+
+#include <memory>
+
+#include "moe/layer/moe_layer.h"
+#include "moe/model/causal_lm.h"
+
+namespace moe::model {
+
+struct MoeBlockOutput {
+  Tensor hidden_states;  // [T, H] F32: routed experts + shared experts
+  TopK topk;             // [T, k] the router's choices (best first) and weights
+};
+
+class MoeBlock {
+ public:
+  virtual ~MoeBlock() = default;
+  // x [T, H] F32 (after post_attention_layernorm).
+  virtual MoeBlockOutput forward(const Tensor& x) = 0;
+};
+
+// The weights are the checkpoint views of load_moe_weights.
+std::unique_ptr<MoeBlock> make_cpu_moe_block(const MoeConfig& config, MoeWeights weights, const ModelOptions& options);
+// Uploads the weights (experts bf16, router fp32); activations go in as bf16 and come back fp32, in
+// chunks of at most options.max_batched_tokens tokens. Throws moe::Error in a build without CUDA or
+// without a visible GPU.
+std::unique_ptr<MoeBlock> make_cuda_moe_block(const MoeConfig& config, const MoeWeights& weights,
+                                              const ModelOptions& options);
+
+}  // namespace moe::model

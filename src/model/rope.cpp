@@ -1,0 +1,97 @@
+#include "rope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "moe/core/check.h"
+
+namespace moe::model {
+
+namespace {
+
+// base ** (2i / dim) in fp32, as torch evaluates `base ** (torch.arange(0, dim, 2).float() / dim)`.
+float pos_freq(double base, int64_t i, int64_t dim) {
+  const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+  return static_cast<float>(std::pow(static_cast<double>(static_cast<float>(base)), double{exponent}));
+}
+
+// _compute_yarn_parameters: blend interpolated (÷ factor) and original frequencies with a linear ramp
+// over the dimensions between the beta_fast and beta_slow rotation counts.
+std::vector<float> yarn_inv_freq(const RopeConfig& c) {
+  const int64_t half = c.dim / 2;
+  const double base = c.theta, dim = double(c.dim);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(double(c.original_max_position_embeddings) / (rotations * 2 * std::numbers::pi)) /
+           (2 * std::log(base));
+  };
+  double low = correction_dim(c.beta_fast), high = correction_dim(c.beta_slow);
+  if (c.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // as transformers: avoid a zero-width ramp
+  std::vector<float> inv(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const float p = pos_freq(base, i, c.dim);
+    const float extrapolation = 1.0f / p;
+    const float interpolation = 1.0f / (static_cast<float>(c.factor) * p);
+    const float ramp = std::clamp(static_cast<float>((float(i) - low) / (high - low)), 0.0f, 1.0f);
+    const float extrapolation_factor = 1.0f - ramp;
+    inv[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+  }
+  return inv;
+}
+
+}  // namespace
+
+Rope::Rope(const RopeConfig& config) : config_(config) {
+  MOE_CHECK(config.dim > 0 && config.dim % 2 == 0, "the rotary dimension must be positive and even, got {}",
+            config.dim);
+  if (config.type == RopeType::yarn) {
+    MOE_CHECK(config.factor > 0 && config.original_max_position_embeddings > 0,
+              "yarn rope needs factor > 0 and original_max_position_embeddings > 0 (got {}, {})", config.factor,
+              config.original_max_position_embeddings);
+    inv_freq_ = yarn_inv_freq(config);
+  } else {
+    for (int64_t i = 0; i < config.dim / 2; ++i) inv_freq_.push_back(1.0f / pos_freq(config.theta, i, config.dim));
+  }
+}
+
+void Rope::apply(float* x, int64_t pos) const {
+  const int64_t half = config_.dim / 2;
+  const float scale = static_cast<float>(config_.attention_factor);
+  float rotated[512];
+  MOE_CHECK(config_.dim <= 512, "rotary dimension {} exceeds 512", config_.dim);
+  for (int64_t i = 0; i < half; ++i) {
+    // The angle in fp32 (inv_freq @ position_ids), cos/sin scaled by the attention factor.
+    const float angle = inv_freq_[i] * static_cast<float>(pos);
+    const float c = static_cast<float>(std::cos(double{angle})) * scale;
+    const float s = static_cast<float>(std::sin(double{angle})) * scale;
+    switch (config_.layout) {
+      case RopeLayout::halves: {
+        const float a = x[i], b = x[i + half];
+        rotated[i] = a * c - b * s;
+        rotated[i + half] = b * c + a * s;
+        break;
+      }
+      case RopeLayout::pairs: {
+        const float a = x[2 * i], b = x[2 * i + 1];
+        rotated[2 * i] = a * c - b * s;
+        rotated[2 * i + 1] = a * s + b * c;
+        break;
+      }
+      case RopeLayout::pairs_to_halves: {
+        const float a = x[2 * i], b = x[2 * i + 1];
+        rotated[i] = a * c - b * s;
+        rotated[i + half] = b * c + a * s;
+        break;
+      }
+    }
+  }
+  std::copy(rotated, rotated + config_.dim, x);
+}
+
+}  // namespace moe::model

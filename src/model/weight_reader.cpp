@@ -1,0 +1,23 @@
+#include "weight_reader.h"
+
+namespace moe::model {
+
+Tensor WeightReader::get(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) const {
+  MOE_CHECK(checkpoint_.contains(name),
+            "tensor '{}' not found in {}: the checkpoint does not match its config.json (model_type {})", name,
+            checkpoint_.path().string(), model_type_);
+  Tensor t = checkpoint_.get(name);  // names the shard file when the index points at a missing one
+  MOE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
+            "tensor '{}' is {}: weights must be F32, BF16 or F16", name, dtype_name(t.dtype()));
+  MOE_CHECK(t.shape() == shape, "tensor '{}' has shape {}, expected {} ({})", name, t.shape_string(),
+            shape_to_string(shape), why);
+  MOE_CHECK(t.dim() < 2 || t.strides().back() == 1, "tensor '{}' has non-contiguous rows", name);
+  return t;
+}
+
+Tensor WeightReader::get_f32(const std::string& name, const std::vector<int64_t>& shape,
+                             const std::string& why) const {
+  return get(name, shape, why).to_f32();
+}
+
+}  // namespace moe::model

@@ -1,0 +1,30 @@
+#pragma once
+// Reads the decoder's tensors from a checkpoint by HF name, checking each against the shape the config
+// implies: errors give the full name, the shape found, the shape expected and the config keys behind it.
+// Tensors are zero-copy views of the mapped shards (F32, BF16 or F16).
+
+#include <string>
+#include <vector>
+
+#include "moe/core/checkpoint.h"
+
+namespace moe::model {
+
+class WeightReader {
+ public:
+  WeightReader(const Checkpoint& checkpoint, std::string model_type)
+      : checkpoint_(checkpoint), model_type_(std::move(model_type)) {}
+
+  bool contains(const std::string& name) const { return checkpoint_.contains(name); }
+  // The view; `why` names the config keys the expected shape comes from.
+  Tensor get(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) const;
+  // The same converted to F32 (norm weights and biases: small vectors, converted once at load).
+  Tensor get_f32(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) const;
+  const Checkpoint& checkpoint() const { return checkpoint_; }
+
+ private:
+  const Checkpoint& checkpoint_;
+  std::string model_type_;
+};
+
+}  // namespace moe::model
