@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
       {"bench", moe::cli::add_bench_command(app)},
       {"plan", moe::cli::add_plan_command(app)},
       {"tokenize", moe::cli::add_tokenize_command(app)},
+      {"generate", moe::cli::add_generate_command(app)},
   };
   try {
     app.parse(argc, argv);

@@ -2,10 +2,10 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
-#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "id_list.h"
 #include "moe/core/check.h"
 #include "moe/model/tokenizer.h"
 
@@ -23,29 +23,12 @@ struct TokenizeOptions {
   bool skip_special_tokens = false;
 };
 
-// "1,2, 3" -> {1, 2, 3}.
-std::vector<int32_t> parse_ids(const std::string& list) {
-  std::vector<int32_t> ids;
-  size_t pos = 0;
-  while (pos < list.size()) {
-    while (pos < list.size() && (list[pos] == ' ' || list[pos] == ',')) ++pos;
-    if (pos == list.size()) break;
-    int32_t id = 0;
-    const auto [end, ec] = std::from_chars(list.data() + pos, list.data() + list.size(), id);
-    MOE_CHECK(ec == std::errc() && (end == list.data() + list.size() || *end == ',' || *end == ' '),
-              "--decode expects comma-separated token ids such as 1,2,3; cannot read '{}'", list.substr(pos));
-    ids.push_back(id);
-    pos = end - list.data();
-  }
-  return ids;
-}
-
 void run_tokenize(const TokenizeOptions& o) {
   const std::filesystem::path path = o.tokenizer_file.empty() ? std::filesystem::path(o.model_dir) / "tokenizer.json"
                                                                : std::filesystem::path(o.tokenizer_file);
   const Tokenizer tokenizer = Tokenizer::load(path);
   if (!o.decode_ids.empty()) {
-    const std::string text = tokenizer.decode(parse_ids(o.decode_ids), o.skip_special_tokens);
+    const std::string text = tokenizer.decode(parse_id_list(o.decode_ids, "--decode"), o.skip_special_tokens);
     fmt::print("{}\n", o.json ? nlohmann::json(text).dump() : text);
     return;
   }

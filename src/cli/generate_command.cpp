@@ -1,0 +1,242 @@
+// moe generate: loads a HuggingFace MoE checkpoint, generates from one or several prompts, and reports the
+// text, the speed and which experts every token used.
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+
+#include "commands.h"
+#include "generate_report.h"
+#include "id_list.h"
+#include "moe/core/check.h"
+#include "moe/core/checkpoint.h"
+#include "moe/model/causal_lm.h"
+#include "moe/model/generation.h"
+#include "moe/model/tokenizer.h"
+
+namespace moe::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct GenerateArgs {
+  std::string model_dir;
+  std::vector<std::string> prompts;     // --prompt, repeatable
+  std::vector<std::string> prompt_ids;  // --prompt-ids, repeatable
+  int64_t max_new_tokens = 32;
+  int64_t max_batched_tokens = 4096;
+  double temperature = 0.0, top_p = 1.0;
+  int top_k = 0;
+  uint64_t seed = 0;
+  std::string backend = "cpu", cpu_experts;  // cpu_experts: empty = by the checkpoint's expert dtype
+  std::string json, trace, stats;
+  bool print_ids = false;
+  // Which of the sampling options the command line gave.
+  bool has_temperature = false, has_sampling_option = false;
+};
+
+// Without --cpu-experts, as `moe layer` does: the fast bf16 experts for BF16 checkpoints, the exact
+// reference experts for F32 and F16 ones (a bf16 pass would throw their precision away).
+CpuExperts default_cpu_experts(const fs::path& dir) {
+  const Checkpoint checkpoint = Checkpoint::open(dir);
+  for (const std::string& name : checkpoint.names())
+    if (name.find(".experts.") != std::string::npos)
+      return checkpoint.get(name).dtype() == DType::BF16 ? CpuExperts::fast : CpuExperts::reference;
+  return CpuExperts::reference;
+}
+
+// Progress on a terminal only, rewritten in place: in a pipe or a log stderr stays one line per error.
+class ProgressLine {
+ public:
+  ProgressLine() : enabled_(isatty(STDERR_FILENO) == 1) {}
+  void show(const std::string& line) {
+    if (!enabled_) return;
+    fmt::print(stderr, "\r\033[K{}", line);
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void clear() {
+    if (!shown_) return;
+    fmt::print(stderr, "\r\033[K");
+    std::fflush(stderr);
+    shown_ = false;
+  }
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+};
+
+// Writes one JSON line per routing event; events may come from any thread.
+class TraceWriter {
+ public:
+  explicit TraceWriter(const std::string& path) : path_(path), file_(path) {
+    MOE_CHECK(file_.good(), "cannot write the trace file '{}'", path);
+  }
+  void write(const model::RoutingEvent& event) {
+    std::lock_guard lock(mutex_);
+    file_ << trace_line(event).dump() << '\n';
+  }
+  void close() {
+    file_.close();
+    MOE_CHECK(!file_.fail(), "cannot write the trace file '{}'", path_);
+  }
+
+ private:
+  std::string path_;
+  std::ofstream file_;
+  std::mutex mutex_;
+};
+
+void write_json_file(const std::string& path, const nlohmann::ordered_json& j, const char* what, int indent) {
+  std::ofstream file(path);
+  file << j.dump(indent) << "\n";
+  MOE_CHECK(file.good(), "cannot write the {} file '{}'", what, path);
+}
+
+std::string duration(double seconds) {
+  return seconds < 1.0 ? fmt::format("{:.1f} ms", seconds * 1e3) : fmt::format("{:.2f} s", seconds);
+}
+
+// Text of `ids`. A model's vocabulary is often padded past the tokenizer's (a random-weight model picks
+// such ids too): ids the tokenizer does not know are left out, as transformers' decode does.
+std::string decode_known(const Tokenizer& tokenizer, std::span<const int32_t> ids) {
+  std::vector<int32_t> known;
+  for (int32_t id : ids)
+    if (id >= 0 && id < tokenizer.vocab_size()) known.push_back(id);
+  return tokenizer.decode(known);
+}
+
+void run_generate(const GenerateArgs& a) {
+  const fs::path dir = a.model_dir;
+  MOE_CHECK(fs::is_directory(dir), "--model '{}' is not a directory: give a HuggingFace model directory (config.json "
+            "and safetensors weights)", a.model_dir);
+  MOE_CHECK(a.prompts.empty() != a.prompt_ids.empty(),
+            "give the prompt either as text (--prompt TEXT) or as token ids (--prompt-ids 1,2,3), not both");
+  MOE_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got {}", a.max_new_tokens);
+  MOE_CHECK(a.max_batched_tokens >= 1, "--max-batched-tokens must be >= 1, got {}", a.max_batched_tokens);
+  MOE_CHECK(a.has_temperature || !a.has_sampling_option,
+            "--top-p, --top-k and --seed take effect when sampling: add --temperature T (> 0); without it "
+            "decoding is greedy");
+  const model::SamplingParams sampling{.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p,
+                                       .seed = a.seed};
+  model::check_sampling_params(sampling);
+#if !MOE_WITH_CUDA
+  MOE_CHECK(a.backend != "cuda",
+            "--backend cuda: this build has no CUDA backend (no nvcc at configure time); use --backend cpu");
+#endif
+
+  // The tokenizer: needed to read --prompt, optional for --prompt-ids (then no text is shown).
+  const fs::path tokenizer_file = dir / "tokenizer.json";
+  std::optional<Tokenizer> tokenizer;
+  if (fs::exists(tokenizer_file)) tokenizer = Tokenizer::load(tokenizer_file);
+  MOE_CHECK(tokenizer || a.prompts.empty(), "--prompt needs a tokenizer, and '{}' does not exist: give token ids "
+            "with --prompt-ids 1,2,3 instead", tokenizer_file.string());
+  std::vector<std::vector<int32_t>> prompts;
+  // Text is encoded with the tokenizer's special tokens (Llama's leading <s>), as transformers' tokenizer()
+  // does by default.
+  for (const std::string& text : a.prompts) prompts.push_back(tokenizer->encode(text, /*add_special_tokens=*/true));
+  for (const std::string& ids : a.prompt_ids) prompts.push_back(parse_id_list(ids, "--prompt-ids"));
+
+  ProgressLine progress;
+  model::ModelOptions options;
+  options.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
+  options.cpu_experts = a.cpu_experts.empty()   ? default_cpu_experts(dir)
+                        : a.cpu_experts == "fast" ? CpuExperts::fast
+                                                  : CpuExperts::reference;
+  options.max_batched_tokens = a.max_batched_tokens;
+  options.progress = [&](const std::string& what) { progress.show("loading " + a.model_dir + ": " + what); };
+  const std::unique_ptr<model::CausalLM> lm = model::CausalLM::load(dir, options);
+  progress.clear();
+  const model::ModelInfo& info = lm->info();
+
+  std::optional<TraceWriter> trace;
+  if (!a.trace.empty()) trace.emplace(a.trace);
+  model::GenerationOptions generation;
+  generation.max_new_tokens = a.max_new_tokens;
+  generation.sampling = sampling;
+  generation.max_batched_tokens = a.max_batched_tokens;
+  if (trace) generation.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
+  generation.progress = [&](const std::string& line) { progress.show(line); };
+  const model::GenerationResult result = model::generate(*lm, prompts, generation);
+  progress.clear();
+  if (trace) trace->close();
+
+  std::vector<std::string> texts;
+  if (tokenizer)
+    for (const auto& ids : result.generated) texts.push_back(decode_known(*tokenizer, ids));
+
+  fmt::print("{}: {} layers ({} MoE), {} experts, top-{}; {} backend, {} CPU experts\n", info.model_type,
+             info.num_layers, info.moe_layers.size(), info.num_experts, info.top_k, a.backend,
+             options.cpu_experts == CpuExperts::fast ? "fast" : "reference");
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    if (prompts.size() > 1) fmt::print("\n[sequence {}]\n", s);
+    if (tokenizer) {
+      fmt::print("prompt:    {}\n", decode_known(*tokenizer, prompts[s]));
+      fmt::print("generated: {}\n", texts[s]);
+    }
+    if (a.print_ids || !tokenizer) {
+      fmt::print("prompt ids:    {}\n", fmt::join(prompts[s], " "));
+      fmt::print("generated ids: {}\n", fmt::join(result.generated[s], " "));
+    }
+    fmt::print("({} prompt tokens, {} generated, {})\n", prompts[s].size(), result.generated[s].size(),
+               result.stopped_at_eos[s] ? "stopped at EOS" : "reached --max-new-tokens");
+  }
+  fmt::print("\nprefill: {} tokens in {} ({:.1f} tokens/s)\n", result.prefill_tokens, duration(result.prefill_seconds),
+             result.prefill_tokens_per_s());
+  fmt::print("decode:  {} tokens in {} ({:.1f} tokens/s)\n", result.decode_tokens, duration(result.decode_seconds),
+             result.decode_tokens_per_s());
+  fmt::print("expert load per MoE layer (prompt and generated tokens; imbalance = busiest expert / mean):\n");
+  for (const std::string& line : load_summary(info, result)) fmt::print("  {}\n", line);
+
+  if (!a.json.empty()) write_json_file(a.json, result_json(prompts, result, texts), "--json", -1);
+  if (!a.stats.empty()) write_json_file(a.stats, stats_json(info, result), "--stats", 2);
+}
+
+}  // namespace
+
+Run add_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Generate text with a HuggingFace MoE checkpoint and report speed and expert routing");
+  cmd->add_option("--model", args->model_dir, "model directory: config.json, safetensors weights, tokenizer.json")
+      ->required();
+  cmd->add_option("--prompt", args->prompts,
+                  "prompt text (needs DIR/tokenizer.json); repeat --prompt to run several prompts as one batch")
+      ->allow_extra_args(false);
+  cmd->add_option("--prompt-ids", args->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3; repeatable")
+      ->allow_extra_args(false);
+  cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate per prompt at most (default 32)");
+  auto* temperature =
+      cmd->add_option("--temperature", args->temperature, "sample with this temperature (> 0); without it: greedy");
+  auto* top_p = cmd->add_option("--top-p", args->top_p, "sampling: keep the most likely tokens up to this mass (0, 1]");
+  auto* top_k = cmd->add_option("--top-k", args->top_k, "sampling: keep the K most likely tokens (0: all)");
+  auto* seed = cmd->add_option("--seed", args->seed, "sampling: random seed (default 0)");
+  cmd->add_option("--backend", args->backend, "cpu, or cuda (the MoE blocks on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--cpu-experts", args->cpu_experts,
+                  "reference (fp32 exact) or fast (bf16 kernels); default: fast for BF16 checkpoints, reference for "
+                  "F32/F16 ones")
+      ->check(CLI::IsMember({"fast", "reference"}));
+  cmd->add_option("--max-batched-tokens", args->max_batched_tokens,
+                  "most tokens in one forward: longer prompts are prefilled in pieces (default 4096)");
+  cmd->add_option("--json", args->json,
+                  "write {prompt_ids, generated_ids, text, prefill_tokens_per_s, decode_tokens_per_s} (several "
+                  "prompts: lists with one entry per prompt)");
+  cmd->add_option("--trace-routing", args->trace,
+                  "write one JSON line per (token, MoE layer): {seq, pos, token, layer, experts, weights}");
+  cmd->add_option("--stats", args->stats, "write per-layer expert load statistics as JSON");
+  cmd->add_flag("--print-ids", args->print_ids, "also print the prompt and generated token ids");
+  return [args, temperature, top_p, top_k, seed] {
+    args->has_temperature = temperature->count() > 0;
+    args->has_sampling_option = top_p->count() + top_k->count() + seed->count() > 0;
+    run_generate(*args);
+  };
+}
+
+}  // namespace moe::cli
