@@ -6,12 +6,14 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "moe/dist/communicator.h"
 #include "moe/dist/transfer.h"
+#include "moe/core/expert_batch.h"
 #include "moe/layer/moe_config.h"
 #include "moe/layer/moe_weights.h"
 
@@ -111,11 +113,23 @@ struct DispatchBenchRow {
   double peer_combine_gbps() const;
 };
 
+// Helpers shared by the MPI and the GPU dispatch benches (bench_dispatch.cpp).
+// Uniform random routing: k distinct experts per token, weights 1/k; ranks pass different seeds.
+TopK uniform_topk(int64_t n_tokens, int n_experts, int top_k, uint64_t seed);
+// f on every rank `repeats` times after one warm-up, a barrier before each: the median over repeats of the
+// slowest rank's time, in µs.
+double median_slowest_us(dist::Communicator& comm, int repeats, const std::function<void()>& f);
+double mean_over_ranks(dist::Communicator& comm, int64_t value);
+double max_rss_mib(dist::Communicator& comm);  // largest resident set of any rank so far
+
 // Collective: every rank calls it and gets the same rows (one per token count and wire format).
 std::vector<DispatchBenchRow> run_dispatch_bench(dist::Communicator& comm, const DispatchBenchArgs& args);
 nlohmann::json to_json(const DispatchBenchRow& row);
 void print_dispatch_rows(const std::vector<DispatchBenchRow>& rows);
 // The command: the MPI world, the bench, and rank 0's table and JSON file.
 void run_dispatch_bench_command(const DispatchBenchArgs& args);
+// `moe bench --dispatch --backend cuda` (bench_dispatch_cuda.cpp, CUDA builds): the same rows over GPUs,
+// one per rank, with NCCL; the peer is NCCL's own equal-split all-to-all of the same bytes.
+void run_dispatch_bench_cuda_command(const DispatchBenchArgs& args);
 
 }  // namespace moe::cli

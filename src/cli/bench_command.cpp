@@ -49,6 +49,14 @@ void run_dispatch(const BenchArgs& a) {
   std::stringstream in(a.wire);
   for (std::string item; std::getline(in, item, ',');) d.wires.push_back(dist::parse_transfer(item));
   MOE_CHECK(!d.wires.empty(), "--wire is empty: use bf16, fp8, f32 or a comma-separated list of them");
+  if (a.backend == "cuda") {
+#if MOE_WITH_CUDA
+    run_dispatch_bench_cuda_command(d);
+#else
+    MOE_FAIL("this build has no CUDA backend (no nvcc at configure time): use --backend cpu");
+#endif
+    return;
+  }
   run_dispatch_bench_command(d);
 }
 
@@ -115,7 +123,8 @@ Run add_bench_command(CLI::App& app) {
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str()};
   cmd->add_flag("--dispatch", args->dispatch,
-                "time expert-parallel dispatch and combine instead (under mpirun -np R, R >= 2)");
+                "time expert-parallel dispatch and combine instead (under mpirun -np R, R >= 2; --backend cuda: one "
+                "GPU per rank, NCCL)");
   cmd->add_option("--wire", args->wire, "--dispatch: wire formats, comma-separated bf16, fp8, f32")
       ->capture_default_str();
   cmd->add_option("--hidden", args->hidden, "--dispatch: hidden size H")->check(CLI::PositiveNumber)->capture_default_str();

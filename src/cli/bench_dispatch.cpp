@@ -27,6 +27,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+}  // namespace
+
 // Uniform random routing: k distinct experts per token, weights 1/k. Seeded by rank, so ranks differ.
 TopK uniform_topk(int64_t n_tokens, int n_experts, int top_k, uint64_t seed) {
   TopK topk{.ids = Tensor::empty(DType::I32, {n_tokens, top_k}),       // [T, k]
@@ -79,6 +81,8 @@ double max_rss_mib(dist::Communicator& comm) {
   comm.allreduce_sum(kib);
   return static_cast<double>(*std::max_element(kib.begin(), kib.end())) / 1024.0;
 }
+
+namespace {
 
 double gbps(double bytes, double us) { return us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0; }
 

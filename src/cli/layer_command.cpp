@@ -20,7 +20,7 @@ struct LayerArgs {
   std::string cpu_experts, cpu_weights = "bf16";  // cpu_experts: empty = by the checkpoint (default_cpu_experts)
   double capacity_factor = 1.0;
   bool ep = false;
-  std::string placement, ep_transfer = "f32";
+  std::string placement, ep_transfer;  // ep_transfer: empty = f32 on the CPU, bf16 on GPUs
 };
 
 // Without --cpu-experts: the fast bf16 experts for BF16 checkpoints (and whenever --cpu-weights int8 asks
@@ -37,10 +37,10 @@ void run_layer(LayerArgs a) {
   const Checkpoint checkpoint = Checkpoint::open(a.weights);
   MoeWeights weights = load_moe_weights(checkpoint, a.prefix, config);
   if (a.cpu_experts.empty()) a.cpu_experts = default_cpu_experts(a, weights);
-  MOE_CHECK(!a.ep || (a.cpu_experts == "reference" && a.backend == "cpu" && a.paradigm == "contiguous"),
-            "--ep runs the contiguous paradigm on the CPU reference experts: drop --cpu-experts fast, --backend "
-            "cuda and --paradigm padded");
-  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer == "f32"), "--placement and --ep-transfer need --ep");
+  MOE_CHECK(!a.ep || (a.paradigm == "contiguous" && (a.backend == "cuda" || a.cpu_experts == "reference")),
+            "--ep runs the contiguous paradigm, on the CPU reference experts or on GPUs (--backend cuda): drop "
+            "--cpu-experts fast and --paradigm padded");
+  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty()), "--placement and --ep-transfer need --ep");
   MOE_CHECK(a.cpu_weights == "bf16" || a.cpu_experts == "fast",
             "--cpu-weights {} needs the fast CPU experts (drop --cpu-experts reference)", a.cpu_weights);
   LayerOptions options{.paradigm = a.paradigm == "padded" ? Paradigm::padded : Paradigm::contiguous,
@@ -54,7 +54,11 @@ void run_layer(LayerArgs a) {
             a.input);
   if (a.ep) {
     run_layer_ep(config, std::move(weights), input.get("hidden_states"),
-                 {.placement = a.placement, .transfer = a.ep_transfer, .output = a.output, .stats = a.stats});
+                 {.placement = a.placement,
+                  .transfer = a.ep_transfer.empty() ? (a.backend == "cuda" ? "bf16" : "f32") : a.ep_transfer,
+                  .output = a.output,
+                  .stats = a.stats,
+                  .backend = a.backend});
     return;
   }
   LayerOutput out;
@@ -111,11 +115,11 @@ Run add_layer_command(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "int8"}));
   cmd->add_flag("--ep", args->ep,
                 "expert parallelism under mpirun: each rank routes its share of the tokens and runs its experts; "
-                "rank 0 writes the outputs");
+                "rank 0 writes the outputs (--backend cuda: one process per GPU, NCCL between them)");
   cmd->add_option("--placement", args->placement,
                   "--ep: placement JSON (which experts each rank holds, replicas allowed); default contiguous");
-  cmd->add_option("--ep-transfer", args->ep_transfer, "--ep: dispatch wire format f32 (exact), bf16 or fp8 (e4m3, "
-                  "one scale per 128 values)")
+  cmd->add_option("--ep-transfer", args->ep_transfer, "--ep: dispatch wire format f32 (exact; the CPU default), "
+                  "bf16 (the GPU default) or fp8 (e4m3, one scale per 128 values)")
       ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
   return [args] { run_layer(*args); };
 }

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "moe/dist/ep_layer.h"
 #include "moe/layer/moe_config.h"
 #include "moe/layer/moe_weights.h"
 
@@ -13,8 +14,17 @@ struct EpLayerArgs {
   std::string transfer;   // f32 | bf16 | fp8 (dispatch wire format)
   std::string output;     // safetensors: hidden_states, topk_ids, topk_weights
   std::string stats;      // optional: load statistics + per-rank exchange statistics
+  std::string backend = "cpu";  // cpu (MPI, reference experts) | cuda (one GPU per rank, NCCL)
 };
 
 void run_layer_ep(const MoeConfig& config, MoeWeights weights, const Tensor& x, const EpLayerArgs& args);
+
+namespace detail {
+// Rank 0's files (outputs, and statistics when asked) of an expert-parallel run.
+void write_ep_outputs(const dist::EpOutput& out, const dist::Placement& placement, int n_ranks,
+                      dist::Transfer transfer, const EpLayerArgs& args);
+// The GPU run (layer_ep_cuda.cpp, CUDA builds only).
+void run_layer_ep_cuda(const MoeConfig& config, const MoeWeights& weights, const Tensor& x, const EpLayerArgs& args);
+}  // namespace detail
 
 }  // namespace moe::cli

@@ -17,8 +17,14 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// Rank 0 receives every rank's rows of `local` ([T_r, W] of 4-byte values) in rank order -> [T, W] there,
-// an empty tensor elsewhere.
+}  // namespace
+
+TokenRange token_range(int64_t n_tokens, int rank, int n_ranks) {
+  const int64_t base = n_tokens / n_ranks, extra = n_tokens % n_ranks;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
+}
+
 Tensor gather_rows(Communicator& comm, const Tensor& local, int64_t n_tokens, DType dtype) {
   const int R = comm.size();
   const int64_t W = local.size(1), row_bytes = W * 4;
@@ -38,12 +44,22 @@ Tensor gather_rows(Communicator& comm, const Tensor& local, int64_t n_tokens, DT
   return all;
 }
 
-}  // namespace
-
-TokenRange token_range(int64_t n_tokens, int rank, int n_ranks) {
-  const int64_t base = n_tokens / n_ranks, extra = n_tokens % n_ranks;
-  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
-  return {begin, begin + base + (rank < extra ? 1 : 0)};
+std::vector<ExchangeStats> gather_stats(Communicator& comm, const ExchangeStats& mine) {
+  // Each rank fills its own row of a sum.
+  constexpr int kFields = 5;
+  const int R = comm.size();
+  std::vector<int64_t> table(R * kFields, 0);  // [R, kFields]
+  const int64_t row[kFields] = {mine.tokens, mine.copies_sent, mine.copies_received, mine.pairs_served,
+                                mine.bytes_sent};
+  std::memcpy(table.data() + comm.rank() * kFields, row, sizeof(row));
+  comm.allreduce_sum(table);
+  std::vector<ExchangeStats> all;
+  for (int r = 0; r < R; ++r) {
+    const int64_t* v = table.data() + r * kFields;
+    all.push_back(
+        {.tokens = v[0], .copies_sent = v[1], .copies_received = v[2], .pairs_served = v[3], .bytes_sent = v[4]});
+  }
+  return all;
 }
 
 EpMoeLayer::EpMoeLayer(Communicator& comm, MoeConfig config, MoeWeights weights, Placement placement,
@@ -99,19 +115,7 @@ EpOutput EpMoeLayer::forward(const Tensor& input) {
   timings.shared_ms = ms_since(start);
 
   EpOutput result;
-  // Every rank's exchange statistics, each rank filling its own row of a sum.
-  constexpr int kFields = 5;
-  std::vector<int64_t> table(R * kFields, 0);  // [R, kFields]
-  const ExchangeStats& mine = exchange_->stats();
-  const int64_t row[kFields] = {mine.tokens, mine.copies_sent, mine.copies_received, mine.pairs_served,
-                                mine.bytes_sent};
-  std::memcpy(table.data() + comm_.rank() * kFields, row, sizeof(row));
-  comm_.allreduce_sum(table);
-  for (int r = 0; r < R; ++r) {
-    const int64_t* v = table.data() + r * kFields;
-    result.ranks.push_back(
-        {.tokens = v[0], .copies_sent = v[1], .copies_received = v[2], .pairs_served = v[3], .bytes_sent = v[4]});
-  }
+  result.ranks = gather_stats(comm_, exchange_->stats());
 
   LayerOutput& out = result.layer;
   out.hidden_states = gather_rows(comm_, y, T, DType::F32);

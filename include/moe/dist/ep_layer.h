@@ -19,6 +19,12 @@ struct TokenRange {
 };
 TokenRange token_range(int64_t n_tokens, int rank, int n_ranks);
 
+// Rank 0 receives every rank's rows of `local` ([T_r, W] of 4-byte values, T_r the rows of token_range) in
+// rank order -> [T, W] there, an empty tensor elsewhere. Collective.
+Tensor gather_rows(Communicator& comm, const Tensor& local, int64_t n_tokens, DType dtype);
+// Every rank's statistics, on every rank. Collective.
+std::vector<ExchangeStats> gather_stats(Communicator& comm, const ExchangeStats& mine);
+
 struct EpOutput {
   LayerOutput layer;                 // rank 0: the whole batch ([T, H], topk [T, k], stats); others: empty
   std::vector<ExchangeStats> ranks;  // [R] every rank's exchange statistics (on every rank)

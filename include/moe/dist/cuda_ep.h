@@ -1,0 +1,91 @@
+#pragma once
+// Expert parallelism on GPUs: one GPU per rank, token rows exchanged device to device (DeviceCommunicator,
+// NCCL), never staged through the host. The same dispatch/combine contract as dispatch_combine.h:
+//   dispatch  route on the device; one copy of a token per destination rank (however many of its experts
+//             live there) with its (slot, weight) pairs; copies per destination counted on the device and
+//             exchanged, then copied to the host (the one synchronisation of a forward: NCCL needs the sizes
+//             on the host); rows (bf16, or fp8 e4m3 with one fp32 scale per 128 values, the MPI path's wire
+//             format) and pairs by all-to-all-v
+//   experts   this rank's slots over the received copies: permute, grouped GEMMs, weighted sum per copy
+//   combine   each copy's weighted partial sum goes back to its source as bf16, which adds the partials of a
+//             token in ascending rank order (fp32) plus its shared experts
+// Output equals the single-GPU layer (moe::cuda::CudaMoeLayer) within bf16 rounding: the partial sums are
+// rounded to bf16 once on the way back; fp8 dispatch within the MPI path's documented tolerance.
+// Because of the host synchronisation a forward cannot be captured in a CUDA graph.
+
+#include <cstdint>
+#include <memory>
+
+#include "moe/cuda/ops.h"
+#include "moe/dist/device_communicator.h"
+#include "moe/dist/ep_layer.h"
+
+namespace moe::dist {
+
+using cuda::bf16;
+
+class CudaEpExchange {
+ public:
+  // Buffers sized for up to max_tokens tokens per rank. transfer: bf16 or fp8 (the rows are bf16 already;
+  // f32 is refused). hidden: a multiple of 64.
+  CudaEpExchange(DeviceCommunicator& comm, Placement placement, Transfer transfer, int top_k, int64_t hidden,
+                 int64_t max_tokens);
+  ~CudaEpExchange();
+  CudaEpExchange(const CudaEpExchange&) = delete;
+  CudaEpExchange& operator=(const CudaEpExchange&) = delete;
+
+  // x [T, H] bf16, topk_ids [T, k] logical experts, topk_weights [T, k], on the device. Collective.
+  void dispatch(const bf16* x, const int32_t* topk_ids, const float* topk_weights, int64_t n_tokens,
+                cudaStream_t stream);
+  // What the last dispatch received, on the device: n copies, their rows [n, H] bf16, their local slot ids
+  // [n, k] (unused pairs: local_slots()) and weights [n, k] (unused: 0).
+  int64_t n_received() const;
+  const bf16* received_rows() const;
+  const int32_t* received_slots() const;
+  const float* received_weights() const;
+  // partial [n_received, H] bf16 -> out [T, H] fp32 of the last dispatch's tokens, plus shared [T, H] bf16
+  // (optional) scaled by sigmoid(shared_gate_logit[t * gate_stride]) (optional). Collective.
+  void combine(const bf16* partial, const bf16* shared, const float* shared_gate_logit, int64_t gate_stride,
+               float* out, cudaStream_t stream);
+
+  // The last dispatch (and combine): pairs_served is left 0 (the experts count it).
+  const ExchangeStats& stats() const;
+  int64_t dispatch_bytes_sent() const;  // rows + pairs to other ranks
+  int64_t combine_bytes_sent() const;   // partial sums to other ranks
+  int local_slots() const;
+  const Placement& placement() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+class CudaEpMoeLayer {
+ public:
+  // Uploads the router, the shared experts and this rank's experts (in placement order) to the current
+  // device (the communicator's). Collective only in forward.
+  CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights, Placement placement,
+                 Transfer transfer, int64_t max_tokens);
+  ~CudaEpMoeLayer();
+  CudaEpMoeLayer(const CudaEpMoeLayer&) = delete;
+  CudaEpMoeLayer& operator=(const CudaEpMoeLayer&) = delete;
+
+  // This rank's tokens: x [T, H] bf16 -> out [T, H] fp32, topk_ids / topk_weights [T, k], on the device;
+  // T <= max_tokens (a rank may have none). Collective.
+  void forward(const bf16* x, int64_t n_tokens, float* out, int32_t* topk_ids, float* topk_weights,
+               cudaStream_t stream);
+  // The last forward's exchange statistics, pairs_served included (synchronises the stream).
+  ExchangeStats stats(cudaStream_t stream) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// The EpMoeLayer contract on GPUs: x [T, H] (F32/BF16/F16, rounded to bf16) the same on every rank; rank r
+// runs tokens token_range(T, r, R); rank 0 gets the whole output, the others an empty layer output; every
+// rank gets every rank's statistics. Collective over comm.
+EpOutput run_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
+                           const Placement& placement, Transfer transfer, const Tensor& x);
+
+}  // namespace moe::dist

@@ -1,0 +1,29 @@
+# Sourced by the device scripts: the carried OpenMPI (scripts/device/prepare_nccl_carry.sh) relocated under
+# .device-carry-nccl/mpi, its libraries linked in only where the image lacks them, set up for one host as
+# root, with NVLink multicast kept off. Sets MPIRUN.
+C="$PWD/.device-carry-nccl"
+M="$C/mpi"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+mkdir -p /tmp/moe-mpi-lib
+for f in "$M"/deps/*; do
+  n=$(basename "$f")
+  [ -z "${MOE_MPI_LINK_ALL:-}" ] && ldconfig -p | grep -qF "$n (" || ln -sf "$f" /tmp/moe-mpi-lib/"$n"
+done
+# NCCL from the image: the CUDA toolkit's, else the nvidia-nccl wheel's.
+NCCL_DIR=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu; do
+  if [ -e "$d/libnccl.so.2" ]; then NCCL_DIR=$d; break; fi
+done
+if [ -z "$NCCL_DIR" ]; then
+  NCCL_DIR=$(dirname "$(find / -xdev -name 'libnccl.so.2' -path '*nvidia*' 2>/dev/null | head -1)")
+fi
+export LD_LIBRARY_PATH="$C/lib:/tmp/moe-mpi-lib:$M/usr/lib/x86_64-linux-gnu/openmpi/lib:$NCCL_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export PATH="$M/usr/bin:$PATH"
+export OPAL_PREFIX="$M/usr" PMIX_PREFIX="$M/usr/lib/x86_64-linux-gnu/pmix2"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# One host, no ssh: the isolated launcher; shared memory between the ranks (no single-copy: containers
+# often refuse cross-process memory access).
+export OMPI_MCA_plm=isolated OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mca_base_component_show_load_errors=0
+MPIRUN="$M/usr/bin/mpirun --allow-run-as-root --bind-to none"
+echo "mpi_env: NCCL from $NCCL_DIR; carried libraries linked: $(ls /tmp/moe-mpi-lib | wc -l)"

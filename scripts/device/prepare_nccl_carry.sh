@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Here (no GPU): builds moe and the GPU expert-parallel tests for sm_90a in build-nccl and gathers what a
+# multi-GPU device run needs into .device-carry-nccl/ (git-ignored): the binaries, libfmt, and OpenMPI
+# (the device image has none): mpirun (orterun), libmpi with its MCA plugins and help files, PMIx, and the
+# shared libraries they load (nccl_ep.sh links only those the image lacks). NCCL itself comes from the
+# device image (CUDA or the nvidia-nccl wheel).
+# Then: device run, kind nvidia-h200-x2, carry [".device-carry-nccl"], command "bash scripts/device/nccl_ep.sh".
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cmake -S . -B build-nccl -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=ON >/dev/null
+cmake --build build-nccl --target moe dist_cuda_ep_tests -j 2
+C=.device-carry-nccl
+rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/mpi/deps" "$C/mpi/usr/bin" "$C/mpi/usr/share"
+cp build-nccl/bin/moe build-nccl/bin/dist_cuda_ep_tests "$C/bin/"
+cp -L /usr/lib/x86_64-linux-gnu/libfmt.so.9 "$C/lib/"
+
+ompi=/usr/lib/x86_64-linux-gnu/openmpi
+pmix=/usr/lib/x86_64-linux-gnu/pmix2
+mkdir -p "$C/mpi$ompi/lib" "$C/mpi$pmix/lib"
+cp -L /usr/bin/orterun "$C/mpi/usr/bin/" && ln -s orterun "$C/mpi/usr/bin/mpirun"
+cp -L $ompi/lib/*.so* "$C/mpi$ompi/lib/" && cp -rL $ompi/lib/openmpi3 "$C/mpi$ompi/lib/"
+cp -L $pmix/lib/libpmix.so.2 "$C/mpi$pmix/lib/" && cp -rL $pmix/lib/pmix "$C/mpi$pmix/lib/"
+cp -rL /usr/share/openmpi "$C/mpi/usr/share/"
+if [ -d $pmix/share ]; then cp -rL $pmix/share "$C/mpi$pmix/"; fi
+# The libraries outside OpenMPI that any of its pieces (or our binaries) load, glibc's own excepted.
+for f in "$C"/mpi/usr/bin/orterun "$C"/mpi$ompi/lib/*.so* "$C"/mpi$ompi/lib/openmpi3/*.so "$C"/mpi$pmix/lib/pmix/*.so \
+         "$C"/bin/*; do
+  ldd "$f" 2>/dev/null | awk '/=> \// {print $3}'
+done | sort -u | grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so' |
+  grep -v -E 'openmpi|pmix2|libcuda\.|libcublas|libnccl|libfmt' | while read -r lib; do cp -L "$lib" "$C/mpi/deps/"; done
+du -sh "$C"

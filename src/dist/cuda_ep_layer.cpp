@@ -1,0 +1,267 @@
+// The expert-parallel MoE block on GPUs: the router and the shared experts on this rank's tokens, the
+// exchange (cuda_ep_exchange.cpp) around this rank's experts, which run on the received copies with the
+// single-GPU layer's kernels (permute, grouped GEMMs, unpermute).
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ep_kernels.h"
+#include "moe/core/check.h"
+#include "moe/cuda/device_buffer.h"
+#include "moe/dist/cuda_ep.h"
+
+namespace moe::dist {
+
+using cuda::DeviceBuffer;
+
+namespace {
+
+void upload_bf16(DeviceBuffer<bf16>& dst, size_t offset, const Tensor& weight) {
+  const Tensor host = weight.to(DType::BF16);
+  dst.upload(reinterpret_cast<const bf16*>(host.data()), static_cast<size_t>(host.numel()), offset);
+}
+
+// [n, 2I, H] (gate rows, then up rows) and [n, H, I]: the grouped GEMMs' layout.
+void upload_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64_t I, DeviceBuffer<bf16>& w13,
+                 DeviceBuffer<bf16>& w2) {
+  w13 = DeviceBuffer<bf16>(mlps.size() * 2 * I * H);
+  w2 = DeviceBuffer<bf16>(mlps.size() * H * I);
+  for (size_t e = 0; e < mlps.size(); ++e) {
+    upload_bf16(w13, e * 2 * I * H, mlps[e]->gate);
+    upload_bf16(w13, e * 2 * I * H + I * H, mlps[e]->up);
+    upload_bf16(w2, e * H * I, mlps[e]->down);
+  }
+}
+
+// Up to this many tokens the router runs as one fused GEMV + top-k launch (as in CudaMoeLayer).
+constexpr int64_t kFusedRouterMaxTokens = 64;
+
+}  // namespace
+
+struct CudaEpMoeLayer::State {
+  MoeConfig config;
+  int64_t H = 0, I = 0, S = 0, E = 0, k = 0, router_rows = 0, max_tokens = 0;
+  int slots = 0;
+  std::unique_ptr<CudaEpExchange> exchange;
+  cublasHandle_t cublas = nullptr;
+  DeviceBuffer<unsigned char> cublas_workspace;
+  DeviceBuffer<float> router, bias;
+  DeviceBuffer<bf16> w13, w2, shared_w13, shared_w2;
+  // router workspace [max_tokens]
+  DeviceBuffer<float> x_f32, logits;
+  DeviceBuffer<unsigned> arrivals;
+  // local experts over the received copies: [max_received * k] pairs of slots + 1 experts (the last one
+  // holds the unused pairs and is never computed)
+  DeviceBuffer<int32_t> ints;
+  DeviceBuffer<float> pair_weights, partial_f32;
+  DeviceBuffer<unsigned char> sort_temp;
+  DeviceBuffer<bf16> act, rows_out, partial;
+  cuda::PermuteBuffers permute{};
+  int32_t *tile_expert = nullptr, *tile_row = nullptr, *n_tiles = nullptr;
+  int64_t max_pairs = 0, max_tiles = 0;
+  // shared experts [max_tokens]
+  DeviceBuffer<bf16> shared_act, shared_out;
+  DeviceBuffer<int32_t> shared_ints;
+  int64_t n_tokens = 0;
+};
+
+CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
+                               Placement placement, Transfer transfer, int64_t max_tokens)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  routing::validate(config.router);
+  s.config = config;
+  s.H = config.hidden_size;
+  s.I = config.expert_intermediate_size;
+  s.S = config.shared == SharedExpertKind::none ? 0 : config.shared_intermediate_size;
+  s.E = config.router.n_experts;
+  s.k = config.router.top_k;
+  s.max_tokens = std::max<int64_t>(max_tokens, 1);
+  MOE_CHECK(s.H % 64 == 0 && s.I % 64 == 0 && s.S % 64 == 0,
+            "the CUDA backend needs hidden_size ({}) and expert intermediate sizes ({}, shared {}) that are "
+            "multiples of 64: use --backend cpu for this model",
+            s.H, s.I, s.S);
+  MOE_CHECK(placement.n_experts == s.E, "placement for {} experts, the model has {}", placement.n_experts, s.E);
+  MOE_CHECK(placement.n_ranks == comm.size(), "placement for {} ranks, but {} are running (mpirun -np {})",
+            placement.n_ranks, comm.size(), placement.n_ranks);
+  const std::vector<int32_t> mine = placement.rank_experts[comm.rank()];
+  s.slots = static_cast<int>(mine.size());
+  MOE_CHECK(s.slots + 1 <= 1024, "rank {} holds {} experts; the CUDA permute handles up to 1023 per rank", comm.rank(),
+            s.slots);
+  s.exchange = std::make_unique<CudaEpExchange>(comm, std::move(placement), transfer, static_cast<int>(s.k), s.H,
+                                                s.max_tokens);
+
+  // Router in fp32, with the Qwen2 shared expert gate as one more row (as in CudaMoeLayer).
+  const bool gated = config.shared == SharedExpertKind::sigmoid_gated;
+  s.router_rows = s.E + (gated ? 1 : 0);
+  s.router = DeviceBuffer<float>(s.router_rows * s.H);
+  s.router.upload(weights.router.to_f32().data_as<float>(), s.E * s.H);
+  if (gated) s.router.upload(weights.shared_gate.to_f32().data_as<float>(), s.H, s.E * s.H);
+  if (weights.correction_bias.defined()) {
+    s.bias = DeviceBuffer<float>(s.E);
+    s.bias.upload(weights.correction_bias.to_f32().data_as<float>(), s.E);
+  }
+  // Only this rank's experts, in slot order.
+  std::vector<const SwigluWeights*> experts;
+  for (int32_t e : mine) experts.push_back(&weights.experts[e]);
+  if (!experts.empty()) upload_mlps(experts, s.H, s.I, s.w13, s.w2);
+  if (s.S > 0) upload_mlps({&weights.shared}, s.H, s.S, s.shared_w13, s.shared_w2);
+
+  const int64_t Tm = s.max_tokens;
+  s.x_f32 = DeviceBuffer<float>(Tm * s.H);
+  s.logits = DeviceBuffer<float>(Tm * s.router_rows);
+  s.arrivals = DeviceBuffer<unsigned>(Tm);
+  MOE_CUDA_CHECK(cudaMemset(s.arrivals.get(), 0, Tm * sizeof(unsigned)));
+
+  const int64_t n_experts = s.slots + 1;  // the last: unused pairs
+  s.max_pairs = Tm * comm.size() * s.k;
+  s.max_tiles = s.max_pairs + n_experts;
+  s.ints = DeviceBuffer<int32_t>(5 * n_experts + 5 * s.max_pairs + 2 * s.max_tiles + 1);
+  int32_t* p = s.ints.get();
+  auto carve = [&p](int64_t n) { return std::exchange(p, p + n); };
+  s.permute.expert_counts = carve(n_experts);
+  s.permute.count_prefix = carve(n_experts);
+  s.permute.expert_offsets = carve(n_experts);
+  s.permute.segment_counts = carve(n_experts);
+  s.permute.dropped = carve(n_experts);
+  s.permute.sorted_keys = carve(s.max_pairs);
+  s.permute.sorted_pairs = carve(s.max_pairs);
+  s.permute.pair_iota = carve(s.max_pairs);
+  s.permute.row_token = carve(s.max_pairs);
+  s.permute.pair_rows = carve(s.max_pairs);
+  s.tile_expert = carve(s.max_tiles);
+  s.tile_row = carve(s.max_tiles);
+  s.n_tiles = carve(1);
+  s.pair_weights = DeviceBuffer<float>(s.max_pairs);
+  s.permute.pair_weights = s.pair_weights.get();
+  s.sort_temp = DeviceBuffer<unsigned char>(cuda::permute_sort_temp_bytes(s.max_pairs));
+  s.permute.sort_temp = s.sort_temp.get();
+  s.permute.sort_temp_bytes = s.sort_temp.size();
+  cuda::fill_iota(s.permute.pair_iota, s.max_pairs, nullptr);
+  s.act = DeviceBuffer<bf16>(s.max_pairs * s.I);
+  s.rows_out = DeviceBuffer<bf16>(s.max_pairs * s.H);
+  const int64_t max_received = Tm * comm.size();
+  s.partial_f32 = DeviceBuffer<float>(max_received * s.H);
+  s.partial = DeviceBuffer<bf16>(max_received * s.H);
+  if (s.S > 0) {
+    s.shared_act = DeviceBuffer<bf16>(Tm * s.S);
+    s.shared_out = DeviceBuffer<bf16>(Tm * s.H);
+    s.shared_ints = DeviceBuffer<int32_t>(2 + 2 * (Tm + 1) + 1);
+  }
+
+  MOE_CUBLAS_CHECK(cublasCreate(&s.cublas));
+  s.cublas_workspace = DeviceBuffer<unsigned char>(32u << 20);
+  MOE_CUBLAS_CHECK(cublasSetWorkspace(s.cublas, s.cublas_workspace.get(), s.cublas_workspace.size()));
+  MOE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaEpMoeLayer::~CudaEpMoeLayer() {
+  if (state_ && state_->cublas) cublasDestroy(state_->cublas);
+}
+
+void CudaEpMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_ids, float* topk_weights,
+                             cudaStream_t stream) {
+  State& s = *state_;
+  MOE_CHECK(T >= 0 && T <= s.max_tokens, "{} tokens exceed the workspace of {} (max_tokens)", T, s.max_tokens);
+  s.n_tokens = T;
+  const int k = static_cast<int>(s.k);
+
+  // Router on this rank's tokens.
+  if (T > 0 && T <= kFusedRouterMaxTokens) {
+    cuda::router_fused(s.config.router, x, s.H, s.router.get(), s.router_rows, s.bias.get(), T, s.logits.get(),
+                       s.arrivals.get(), topk_ids, topk_weights, stream);
+  } else if (T > 0) {
+    cuda::bf16_to_f32(x, s.x_f32.get(), T * s.H, stream);
+    const float one = 1.0f, zero = 0.0f;
+    MOE_CUBLAS_CHECK(cublasSetStream(s.cublas, stream));
+    MOE_CUBLAS_CHECK(cublasSgemm(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.router_rows),
+                                 static_cast<int>(T), static_cast<int>(s.H), &one, s.router.get(),
+                                 static_cast<int>(s.H), s.x_f32.get(), static_cast<int>(s.H), &zero, s.logits.get(),
+                                 static_cast<int>(s.router_rows)));
+    cuda::router_topk(s.config.router, s.logits.get(), s.router_rows, s.bias.get(), T, topk_ids, topk_weights,
+                      stream);
+  }
+
+  CudaEpExchange& ex = *s.exchange;
+  ex.dispatch(x, topk_ids, topk_weights, T, stream);
+
+  // This rank's experts over the received copies ("tokens" of the permute), the unused pairs in one extra
+  // segment that the tile map leaves out.
+  const int64_t n = ex.n_received();
+  if (n > 0) {
+    const int n_experts = s.slots + 1;
+    const int64_t rows = n * k;
+    const int tile_rows = cuda::grouped_gemm_tile_rows(double(rows) / n_experts);
+    const int64_t max_tiles = std::min<int64_t>(rows, (rows + tile_rows - 1) / tile_rows + n_experts);
+    const cuda::TileMap tiles{.tile_rows = tile_rows, .tile_expert = s.tile_expert, .tile_row = s.tile_row,
+                              .n_tiles = s.n_tiles, .max_tiles = max_tiles};
+    cuda::permute(ex.received_slots(), ex.received_weights(), n, k, n_experts, -1, false, s.permute, tiles, stream);
+    cuda::build_tiles(s.permute.expert_offsets, s.permute.segment_counts, s.slots, tile_rows, s.tile_expert,
+                      s.tile_row, s.n_tiles, max_tiles, stream);
+    kernels::ep_mask_unused(ex.received_slots(), rows, s.slots, s.permute.pair_rows, stream);
+    cuda::GroupedGemmArgs up{.a = ex.received_rows(), .gather = s.permute.row_token, .b = s.w13.get(),
+                             .c = s.act.get(), .segment_offsets = s.permute.expert_offsets,
+                             .segment_counts = s.permute.segment_counts, .tile_expert = s.tile_expert,
+                             .tile_row = s.tile_row, .n_tiles = s.n_tiles, .max_tiles = max_tiles, .k = s.H,
+                             .n = s.I};
+    cuda::grouped_gemm_swiglu(up, tile_rows, stream);
+    cuda::GroupedGemmArgs down = up;
+    down.a = s.act.get();
+    down.gather = nullptr;
+    down.b = s.w2.get();
+    down.c = s.rows_out.get();
+    down.k = s.I;
+    down.n = s.H;
+    cuda::grouped_gemm(down, tile_rows, stream);
+    // Each copy's weighted sum over this rank's experts, rounded to bf16 for the way back.
+    cuda::unpermute(s.rows_out.get(), s.permute.pair_rows, s.permute.pair_weights, n, k, s.H, nullptr, nullptr, 0,
+                    s.partial_f32.get(), stream);
+    cuda::f32_to_bf16(s.partial_f32.get(), s.partial.get(), n * s.H, stream);
+  }
+
+  // Shared experts on this rank's tokens (replicated on every rank).
+  const bf16* shared = nullptr;
+  if (s.S > 0 && T > 0) {
+    int32_t* offsets = s.shared_ints.get();
+    int32_t* counts = offsets + 1;
+    int32_t* tile_expert = offsets + 2;
+    int32_t* tile_row = tile_expert + (s.max_tokens + 1);
+    int32_t* n_tiles = tile_row + (s.max_tokens + 1);
+    const int rows = cuda::grouped_gemm_tile_rows(double(T));
+    const int64_t n_shared_tiles = (T + rows - 1) / rows;
+    cuda::dense_segment(offsets, counts, T, stream);
+    cuda::build_tiles(offsets, counts, 1, rows, tile_expert, tile_row, n_tiles, n_shared_tiles, stream);
+    cuda::GroupedGemmArgs sup{.a = x, .gather = nullptr, .b = s.shared_w13.get(), .c = s.shared_act.get(),
+                              .segment_offsets = offsets, .segment_counts = counts, .tile_expert = tile_expert,
+                              .tile_row = tile_row, .n_tiles = n_tiles, .max_tiles = n_shared_tiles, .k = s.H,
+                              .n = s.S};
+    cuda::grouped_gemm_swiglu(sup, rows, stream);
+    cuda::GroupedGemmArgs sdown = sup;
+    sdown.a = s.shared_act.get();
+    sdown.b = s.shared_w2.get();
+    sdown.c = s.shared_out.get();
+    sdown.k = s.S;
+    sdown.n = s.H;
+    cuda::grouped_gemm(sdown, rows, stream);
+    shared = s.shared_out.get();
+  }
+  const bool gated = s.config.shared == SharedExpertKind::sigmoid_gated;
+  ex.combine(s.partial.get(), shared, gated ? s.logits.get() + s.E : nullptr, s.router_rows, out, stream);
+}
+
+ExchangeStats CudaEpMoeLayer::stats(cudaStream_t stream) const {
+  const State& s = *state_;
+  ExchangeStats stats = s.exchange->stats();
+  if (s.exchange->n_received() > 0) {
+    std::vector<int32_t> counts(s.slots);
+    if (s.slots > 0)
+      MOE_CUDA_CHECK(cudaMemcpyAsync(counts.data(), s.permute.expert_counts, s.slots * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream));
+    MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (int32_t c : counts) stats.pairs_served += c;
+  }
+  return stats;
+}
+
+}  // namespace moe::dist
