@@ -4,10 +4,15 @@
 C="$PWD/.device-carry-nccl"
 M="$C/mpi"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-mkdir -p /tmp/moe-mpi-lib
+rm -rf /tmp/moe-mpi-lib && mkdir -p /tmp/moe-mpi-lib
+# OpenMPI's own libraries always come from the carry (they must match its mpirun and plugins, whatever
+# OpenMPI the image may hold); the others only where the image lacks them (MOE_MPI_LINK_ALL=1: all).
 for f in "$M"/deps/*; do
   n=$(basename "$f")
-  [ -z "${MOE_MPI_LINK_ALL:-}" ] && ldconfig -p | grep -qF "$n (" || ln -sf "$f" /tmp/moe-mpi-lib/"$n"
+  case "$n" in
+    libmpi*|libopen-*|libmca_common*|liboshmem*|libpmix*) ln -sf "$f" /tmp/moe-mpi-lib/"$n" ;;
+    *) [ -z "${MOE_MPI_LINK_ALL:-}" ] && ldconfig -p | grep -qF "$n (" || ln -sf "$f" /tmp/moe-mpi-lib/"$n" ;;
+  esac
 done
 # NCCL from the image: the CUDA toolkit's, else the nvidia-nccl wheel's.
 NCCL_DIR=""

@@ -18,7 +18,7 @@ $MPIRUN -np "$NP" hostname | sort | uniq -c
 echo "== tests: dist_cuda_ep_tests at $NP GPUs"
 $MPIRUN -np "$NP" $B/dist_cuda_ep_tests > "$out/ep_tests.log" 2>&1
 echo "exit $?"
-grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|error|  .* T +[0-9]+: max rel" "$out/ep_tests.log" |
+sed "s/\x1b\[[0-9;]*m//g" "$out/ep_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|error|  .* T +[0-9]+: max rel" |
   sed 's/\x1b\[[0-9;]*m//g' | head -70
 
 echo "== moe layer --ep --backend cuda vs moe layer --backend cuda (qwen3_moe, T 300, H 256, E 64, k 6)"
