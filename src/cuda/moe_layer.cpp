@@ -54,6 +54,7 @@ struct CudaMoeLayer::State {
   DeviceBuffer<float> pair_weights;
   DeviceBuffer<unsigned char> sort_temp;
   DeviceBuffer<bf16> act, rows_out, shared_act, shared_out;
+  DeviceBuffer<bf16> gathered;  // [max_rows, H] token rows in expert order, for the wgmma kernel's TMA loads
   PermuteBuffers permute{};
   int32_t *tile_expert = nullptr, *tile_row = nullptr, *n_tiles = nullptr;
   unsigned* arrivals = nullptr;  // [max_tokens] counters of the fused router, zero between launches
@@ -136,6 +137,11 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   s.permute.sort_temp_bytes = s.sort_temp.size();
   s.act = DeviceBuffer<bf16>(s.max_rows * s.I);
   s.rows_out = DeviceBuffer<bf16>(s.max_rows * H);
+  // The wgmma kernel reads A through a tensor map, which cannot gather: it needs the rows gathered first.
+  // Rows per expert grow with T, so the largest batch decides whether any forward takes that path.
+  const double max_rows_per_expert = capacity < 0 ? double(max_pairs) / E : double(capacity);
+  if (grouped_gemm_kernel_for(grouped_gemm_tile_rows(max_rows_per_expert)) == GroupedGemmKernel::wgmma)
+    s.gathered = DeviceBuffer<bf16>(s.max_rows * H);
   if (s.S > 0) {
     s.shared_act = DeviceBuffer<bf16>(Tm * s.S);
     s.shared_out = DeviceBuffer<bf16>(Tm * H);
@@ -188,7 +194,9 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   const int64_t capacity = capacity_for(s.options, T, k, E);
   s.last_capacity = capacity;
   const int64_t rows = capacity < 0 ? T * k : E * capacity;
-  const int tile_rows = grouped_gemm_tile_rows(capacity < 0 ? double(T * k) / E : double(capacity));
+  int tile_rows = grouped_gemm_tile_rows(capacity < 0 ? double(T * k) / E : double(capacity));
+  const bool wgmma = grouped_gemm_kernel_for(tile_rows) == GroupedGemmKernel::wgmma && s.gathered.size() > 0;
+  if (wgmma) tile_rows = 128;  // the wgmma kernel's tile height
   const int64_t max_tiles = std::min<int64_t>(rows, (rows + tile_rows - 1) / tile_rows + E);
   const TileMap tiles{.tile_rows = tile_rows, .tile_expert = s.tile_expert, .tile_row = s.tile_row,
                       .n_tiles = s.n_tiles, .max_tiles = max_tiles};
@@ -200,7 +208,16 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
                      .segment_offsets = s.permute.expert_offsets, .segment_counts = s.permute.segment_counts,
                      .tile_expert = s.tile_expert, .tile_row = s.tile_row, .n_tiles = s.n_tiles,
                      .max_tiles = max_tiles, .k = s.H, .n = s.I};
-  grouped_gemm_swiglu(up, tile_rows, stream);
+  if (wgmma) {
+    gather_rows(x, s.permute.row_token, rows, s.H, s.gathered.get(), stream);
+    up.a = s.gathered.get();
+    up.gather = nullptr;
+    up.n_experts = E;
+    up.a_rows = rows;
+    wgmma_grouped_gemm_swiglu(up, stream);
+  } else {
+    grouped_gemm_swiglu(up, tile_rows, stream);
+  }
   GroupedGemmArgs down = up;
   down.a = s.act.get();
   down.gather = nullptr;
@@ -208,11 +225,20 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   down.c = s.rows_out.get();
   down.k = s.I;
   down.n = s.H;
-  grouped_gemm(down, tile_rows, stream);
+  down.n_experts = E;
+  down.a_rows = rows;
+  if (wgmma) {
+    wgmma_grouped_gemm(down, stream);
+  } else {
+    grouped_gemm(down, tile_rows, stream);
+  }
 
   // Shared experts: the same kernels on one dense segment of all T tokens.
   if (s.S > 0) {
-    const int shared_rows = grouped_gemm_tile_rows(double(T));
+    int shared_rows = grouped_gemm_tile_rows(double(T));
+    // The shared MLP's rows are contiguous already, so the wgmma kernel needs no gather there.
+    const bool shared_wgmma = grouped_gemm_kernel_for(shared_rows) == GroupedGemmKernel::wgmma;
+    if (shared_wgmma) shared_rows = 128;
     const int64_t shared_tiles = (T + shared_rows - 1) / shared_rows;
     dense_segment(s.shared_offsets, s.shared_counts, T, stream);
     build_tiles(s.shared_offsets, s.shared_counts, 1, shared_rows, s.shared_tile_expert, s.shared_tile_row,
@@ -221,14 +247,21 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
                         .segment_offsets = s.shared_offsets, .segment_counts = s.shared_counts,
                         .tile_expert = s.shared_tile_expert, .tile_row = s.shared_tile_row,
                         .n_tiles = s.shared_n_tiles, .max_tiles = shared_tiles, .k = s.H, .n = s.S};
-    grouped_gemm_swiglu(sup, shared_rows, stream);
     GroupedGemmArgs sdown = sup;
     sdown.a = s.shared_act.get();
     sdown.b = s.shared_w2.get();
     sdown.c = s.shared_out.get();
     sdown.k = s.S;
     sdown.n = s.H;
-    grouped_gemm(sdown, shared_rows, stream);
+    if (shared_wgmma) {
+      sup.n_experts = sdown.n_experts = 1;
+      sup.a_rows = sdown.a_rows = T;
+      wgmma_grouped_gemm_swiglu(sup, stream);
+      wgmma_grouped_gemm(sdown, stream);
+    } else {
+      grouped_gemm_swiglu(sup, shared_rows, stream);
+      grouped_gemm(sdown, shared_rows, stream);
+    }
   }
 
   // Combine in token order, plus the shared experts (sigmoid-gated for Qwen2-MoE).

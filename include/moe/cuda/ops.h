@@ -103,6 +103,9 @@ struct GroupedGemmArgs {
   int64_t max_tiles;
   int64_t k;                  // inner size (multiple of 32)
   int64_t n;                  // output columns (SwiGLU: I; b holds 2I rows, gate then up)
+  // The extents the wgmma kernel's tensor maps need (the mma.sync kernels ignore them).
+  int64_t n_experts = 0;      // experts in b
+  int64_t a_rows = 0;         // rows of a
 };
 
 // c[r, :] = silu(a_r · gateᵀ) ⊙ (a_r · upᵀ), b = [E, 2n, k] (rows 0..n-1 gate, n..2n-1 up).
@@ -111,6 +114,24 @@ void grouped_gemm_swiglu(const GroupedGemmArgs& args, int tile_rows, cudaStream_
 void grouped_gemm(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream);
 // The tile heights the grouped GEMMs are built for: 16 (decode), 64, 128 (prefill).
 int grouped_gemm_tile_rows(double rows_per_expert);
+
+// ---- grouped_gemm_wgmma.cu -------------------------------------------------------------------------
+// Hopper (sm_90a) prefill grouped GEMMs: a persistent kernel, TMA loads, wgmma, a warp-specialised
+// producer/consumer pipeline over (row tile, column tile) work units; tiles of 128 rows from a tile map
+// built with tile_rows = 128; a must be contiguous rows (gather == null; see gather_rows), n_experts and
+// a_rows set; k and the row strides multiples of 8. Same results as grouped_gemm_swiglu / grouped_gemm.
+bool wgmma_grouped_gemm_available();  // built for sm_90a and the current GPU is compute capability 9.0
+void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream);
+void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
+// out[r, :] = x[row_token[r], :] for r < n_rows (zeros where row_token[r] < 0); cols a multiple of 8.
+void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_t cols, bf16* out,
+                 cudaStream_t stream);
+
+// Which kernel the layer runs for a batch whose mma.sync tile height would be tile_rows: wgmma where it is
+// available and tile_rows >= 64 (prefill), else mma.sync. MOE_GROUPED_GEMM=mma in the environment forces
+// mma.sync (MOE_GROUPED_GEMM=wgmma keeps the policy), for measuring both on one machine.
+enum class GroupedGemmKernel { mma, wgmma };
+GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows);
 
 // ---- unpermute.cu ----------------------------------------------------------------------------------
 // out[t] = sum_j pair_weights[t, j] * rows[pair_rows[t, j]] (+ shared_scale[t] * shared[t] when shared is

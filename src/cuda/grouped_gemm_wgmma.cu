@@ -1,0 +1,420 @@
+// Hopper grouped GEMM for prefill: a persistent kernel with TMA loads, wgmma (bf16 in, fp32 accumulate)
+// and a warp-specialised pipeline. One block per SM, three warpgroups:
+//   warpgroup 0, one thread: the producer. It walks the same work list as the consumers and, for every
+//     64-wide slice of K, waits for a free stage, then has the copy engine load the A tile (128 rows) and
+//     the B tile (256 weight rows, two boxes of 128) into it; the stage's "full" mbarrier completes when
+//     the bytes have landed.
+//   warpgroups 1 and 2: the consumers. Each owns 64 of the 128 rows and issues m64n256k16 wgmmas from the
+//     stage, keeps one k-block of wgmmas in flight, and frees a stage (its "empty" mbarrier) once the
+//     wgmmas that read it have retired. Then the epilogue: SwiGLU in registers (gate and up columns sit
+//     in the same thread) and bf16 stores, masked to the tile's segment and to N.
+// Work units are (row tile of the device tile map, column tile), rastered so that 8 row tiles walk every
+// column tile together (the rows stay in L2 and the row tiles of one expert share its weight tiles). The
+// number of row tiles is read on the device, so nothing here synchronises with the host.
+// Written from the PTX ISA (wgmma, cp.async.bulk.tensor, mbarrier); no code from other projects.
+#include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched through the runtime)
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "launch.h"
+#include "moe/cuda/check.h"
+#include "moe/cuda/ops.h"
+
+// NOTE: wgmma and setmaxnreg exist only on the sm_90a target; other targets get a kernel that traps, and
+// the host refuses to launch it (wgmma_grouped_gemm_available()).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MOE_WGMMA_DEVICE 1
+#endif
+
+namespace moe::cuda {
+
+namespace {
+
+constexpr int kBM = 128;           // rows of A per tile (two consumer warpgroups of 64)
+constexpr int kBN = 256;           // weight rows per tile (SwiGLU: 128 gate + 128 up)
+constexpr int kBK = 64;            // K per stage: 128 bytes of bf16, one 128-byte swizzle atom
+constexpr int kStages = 4;         // 4 x 48 KB of the 227 KB of shared memory
+constexpr int kThreads = 384;      // producer warpgroup + 2 consumer warpgroups
+constexpr int kRasterRows = 8;     // row tiles that walk the column tiles together
+constexpr int kATileBytes = kBM * kBK * 2;  // 16 KB
+constexpr int kBBoxRows = 128;              // TMA boxes are at most 256 rows; two boxes per B tile
+constexpr int kBTileBytes = kBN * kBK * 2;  // 32 KB
+constexpr int kStageBytes = kATileBytes + kBTileBytes;
+constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + 1024 /* alignment */ + 256 /* barriers */;
+
+struct WgmmaParams {
+  const int32_t* segment_offsets;
+  const int32_t* segment_counts;
+  const int32_t* tile_expert;
+  const int32_t* tile_row;
+  const int32_t* n_tiles;
+  bf16* c;
+  int64_t n;          // output columns (SwiGLU: I)
+  int64_t b_rows;     // weight rows per expert (SwiGLU: 2I)
+  int32_t k_blocks;   // ceil(K / 64); the tensor maps zero-fill past K
+  int32_t n_col_tiles;
+  int32_t max_tiles;
+};
+
+#ifdef MOE_WGMMA_DEVICE
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Spins until the phase of the given parity has completed. A fresh barrier counts its phase before
+// phase 0 (parity 1) as complete, so the producer's first wait on each empty stage passes at once.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t col, int32_t row,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
+      : "memory");
+}
+
+// Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle that TMA wrote: rows of 128
+// bytes, 8-row groups 1024 bytes apart (stride byte offset); the leading byte offset is unused for this
+// layout. The tile base must be 1024-byte aligned (base offset 0); a k16 slice starts 32 bytes further.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  uint64_t d = (addr & 0x3FFFF) >> 4;
+  d |= uint64_t{1} << 16;            // leading byte offset (ignored), encoded 16 B
+  d |= uint64_t{1024 >> 4} << 32;    // stride byte offset
+  d |= uint64_t{1} << 62;            // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// d (+)= A[64 x 16] · B[256 x 16]ᵀ, both K-major in shared memory; scale_d = 0 overwrites d.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// Work unit w -> (row tile, column tile): groups of kRasterRows row tiles, column tile slowest inside a
+// group, so that the blocks running at one time share a few row tiles and the weight tiles of few experts.
+__device__ __forceinline__ void decode_work(int64_t w, int n_tiles, int n_col_tiles, int& tile, int& col) {
+  const int64_t span = int64_t{kRasterRows} * n_col_tiles;
+  const int group = static_cast<int>(w / span), within = static_cast<int>(w % span);
+  const int group_rows = min(kRasterRows, n_tiles - group * kRasterRows);
+  tile = group * kRasterRows + within % group_rows;
+  col = within / group_rows;
+}
+
+#endif  // MOE_WGMMA_DEVICE
+
+template <bool SWIGLU>
+static __global__ void __launch_bounds__(kThreads, 1)
+    wgmma_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                              const WgmmaParams p) {
+#ifdef MOE_WGMMA_DEVICE
+  extern __shared__ unsigned char smem_raw[];
+  // NOTE: the 128-byte swizzle repeats every 1024 bytes and the descriptors assume base offset 0.
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const uint32_t tiles_base = smem_addr(smem);
+  const uint32_t full_bar = tiles_base + kStages * kStageBytes;  // kStages barriers of 8 bytes
+  const uint32_t empty_bar = full_bar + kStages * 8;
+  const int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full_bar + 8 * s, 1);      // the producer's expect_tx arrival (+ the copy's bytes)
+      mbar_init(empty_bar + 8 * s, 8);     // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
+  }
+  __syncthreads();
+  wait_for_prior_grids();  // the tile map and the A rows come from the kernels before
+  const int n_tiles = min(*p.n_tiles, p.max_tiles);
+  const int64_t total = int64_t{n_tiles} * p.n_col_tiles;
+  constexpr int OUT_COLS = SWIGLU ? kBN / 2 : kBN;
+
+  if (warpgroup == 0) {
+    // NOTE: setmaxnreg moves registers from the producer (which needs few) to the consumers (128
+    // accumulators each); it is warpgroup-wide, so the whole warpgroup runs it before all but one thread leave.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x != 0) return;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+      int tile, col;
+      decode_work(w, n_tiles, p.n_col_tiles, tile, col);
+      const int expert = p.tile_expert[tile];
+      const int32_t row0 = p.tile_row[tile];
+      const int64_t n0 = int64_t{col} * OUT_COLS;
+      const int64_t b0 = int64_t{expert} * p.b_rows + n0;
+      // SwiGLU: gate rows n0.. and up rows I + n0.. of the expert; plain: 256 consecutive weight rows.
+      const int32_t b_row0 = static_cast<int32_t>(b0);
+      const int32_t b_row1 = static_cast<int32_t>(SWIGLU ? b0 + p.n : b0 + kBBoxRows);
+      for (int kb = 0; kb < p.k_blocks; ++kb) {
+        mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+        const uint32_t full = full_bar + 8 * stage;
+        mbar_expect_tx(full, kStageBytes);
+        const uint32_t sa = tiles_base + stage * kStageBytes, sb = sa + kATileBytes;
+        tma_load_2d(sa, &map_a, kb * kBK, row0, full);
+        tma_load_2d(sb, &map_b, kb * kBK, b_row0, full);
+        tma_load_2d(sb + kBBoxRows * kBK * 2, &map_b, kb * kBK, b_row1, full);
+        if (++stage == kStages) stage = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int consumer = warpgroup - 1;            // rows 64 * consumer .. + 63 of the tile
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  int stage = 0;
+  uint32_t phase = 0;
+  float acc[128];
+  for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    int tile, col;
+    decode_work(w, n_tiles, p.n_col_tiles, tile, col);
+    int prev_stage = 0;
+    for (int kb = 0; kb < p.k_blocks; ++kb) {
+      mbar_wait(full_bar + 8 * stage, phase);
+      const uint32_t sa = tiles_base + stage * kStageBytes + consumer * (64 * kBK * 2), sb = tiles_base + stage * kStageBytes + kATileBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int k16 = 0; k16 < kBK / 16; ++k16)
+        wgmma_m64n256k16(acc, smem_desc(sa + k16 * 32), smem_desc(sb + k16 * 32), kb > 0 || k16 > 0);
+      wgmma_commit();
+      // Keep this k-block's wgmmas in flight; the previous block's have retired, so free its stage.
+      if (kb > 0) {
+        wgmma_wait<1>();
+        if (lane == 0) mbar_arrive(empty_bar + 8 * prev_stage);
+      }
+      prev_stage = stage;
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+    wgmma_wait<0>();
+    if (lane == 0) mbar_arrive(empty_bar + 8 * prev_stage);
+
+    // Epilogue. Accumulator j*4 + q of this thread: row 16 * warp + lane / 4 + 8 * (q / 2), column
+    // 8 * j + 2 * (lane % 4) + q % 2 of the warpgroup's 64 x 256 block.
+    const int expert = p.tile_expert[tile];
+    const int64_t row_end = int64_t{p.segment_offsets[expert]} + p.segment_counts[expert];
+    const int64_t n0 = int64_t{col} * OUT_COLS;
+    constexpr int OUT_J = OUT_COLS / 8;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = int64_t{p.tile_row[tile]} + consumer * 64 + warp * 16 + lane / 4 + half * 8;
+      if (row >= row_end) continue;
+      bf16* out_row = p.c + row * p.n;
+#pragma unroll
+      for (int j = 0; j < OUT_J; ++j) {
+        const int64_t column = n0 + j * 8 + (lane % 4) * 2;
+        float v0 = acc[j * 4 + half * 2], v1 = acc[j * 4 + half * 2 + 1];
+        if constexpr (SWIGLU) {
+          const float u0 = acc[(j + OUT_J) * 4 + half * 2], u1 = acc[(j + OUT_J) * 4 + half * 2 + 1];
+          v0 = v0 / (1.0f + __expf(-v0)) * u0;
+          v1 = v1 / (1.0f + __expf(-v1)) * u1;
+        }
+        if (column + 1 < p.n) {
+          *reinterpret_cast<__nv_bfloat162*>(out_row + column) = __floats2bfloat162_rn(v0, v1);
+        } else if (column < p.n) {
+          out_row[column] = __float2bfloat16_rn(v0);
+        }
+      }
+    }
+  }
+  allow_dependent_launch();
+#else
+  __trap();
+#endif
+}
+
+// cuTensorMapEncodeTiled from the driver through the runtime, so that nothing links libcuda.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    MOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    MOE_CUDA_REQUIRE(found == cudaDriverEntryPointSuccess && fn != nullptr,
+                     "the CUDA driver has no cuTensorMapEncodeTiled (needs a CUDA 12 driver)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// A row-major bf16 matrix [rows, cols] read in boxes of box_rows x 64 with the 128-byte swizzle; reads
+// past either edge return zeros.
+CUtensorMap tensor_map(const bf16* base, int64_t rows, int64_t cols, int box_rows, const char* what) {
+  MOE_CUDA_REQUIRE(cols % 8 == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0,
+                   std::string("wgmma grouped GEMM: ") + what + " needs 16-byte aligned rows (columns " +
+                       std::to_string(cols) + " must be a multiple of 8)");
+  MOE_CUDA_REQUIRE(rows >= 1 && rows < (int64_t{1} << 31),
+                   std::string("wgmma grouped GEMM: ") + what + " rows " + std::to_string(rows) + " out of range");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * sizeof(bf16)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims,
+                                          strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MOE_CUDA_REQUIRE(r == CUDA_SUCCESS, std::string("wgmma grouped GEMM: cuTensorMapEncodeTiled failed for ") + what +
+                                          " (error " + std::to_string(static_cast<int>(r)) + ")");
+  return map;
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+template <bool SWIGLU>
+void launch_wgmma(const GroupedGemmArgs& g, cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(wgmma_grouped_gemm_available(),
+                   "wgmma grouped GEMM: needs a build for sm_90a and a compute capability 9.0 GPU");
+  MOE_CUDA_REQUIRE(g.gather == nullptr, "wgmma grouped GEMM: A must be contiguous rows (gather them first)");
+  MOE_CUDA_REQUIRE(g.n_experts >= 1 && g.a_rows >= 1,
+                   "wgmma grouped GEMM: set n_experts and a_rows (the tensor maps' extents)");
+  MOE_CUDA_REQUIRE(g.n % 2 == 0, "wgmma grouped GEMM: output columns " + std::to_string(g.n) + " must be even");
+  MOE_CUDA_REQUIRE(g.max_tiles < (int64_t{1} << 31), "wgmma grouped GEMM: too many tiles");
+  if (g.max_tiles == 0) return;
+  constexpr int OUT_COLS = SWIGLU ? kBN / 2 : kBN;
+  const int64_t b_rows = SWIGLU ? 2 * g.n : g.n;
+  const CUtensorMap map_a = tensor_map(g.a, g.a_rows, g.k, kBM, "A");
+  const CUtensorMap map_b = tensor_map(g.b, g.n_experts * b_rows, g.k, kBBoxRows, "B");
+  const WgmmaParams p{.segment_offsets = g.segment_offsets, .segment_counts = g.segment_counts,
+                      .tile_expert = g.tile_expert, .tile_row = g.tile_row, .n_tiles = g.n_tiles, .c = g.c,
+                      .n = g.n, .b_rows = b_rows, .k_blocks = static_cast<int32_t>((g.k + kBK - 1) / kBK),
+                      .n_col_tiles = static_cast<int32_t>((g.n + OUT_COLS - 1) / OUT_COLS),
+                      .max_tiles = static_cast<int32_t>(g.max_tiles)};
+  static std::atomic<uint64_t> configured_devices{0};
+  int device = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device % 64);
+  if (!(configured_devices.load() & bit)) {
+    MOE_CUDA_CHECK(cudaFuncSetAttribute(wgmma_grouped_gemm_kernel<SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kSmemBytes)));
+    configured_devices.fetch_or(bit);
+  }
+  const int64_t units = g.max_tiles * p.n_col_tiles;  // an upper bound: the device knows the real count
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(sm_count(), units));
+  launch_dependent(wgmma_grouped_gemm_kernel<SWIGLU>, dim3(blocks), dim3(kThreads), kSmemBytes, stream, map_a, map_b,
+                   p);
+}
+
+// out[r] = x[row_token[r]] (zeros where row_token[r] < 0), 16 bytes per thread.
+static __global__ void gather_rows_kernel(const bf16* __restrict__ x, const int32_t* __restrict__ row_token,
+                                          int64_t n_rows, int64_t chunks_per_row, bf16* __restrict__ out) {
+  wait_for_prior_grids();
+  const int64_t total = n_rows * chunks_per_row;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / chunks_per_row, c = i % chunks_per_row;
+    const int32_t token = row_token[r];
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (token >= 0) v = reinterpret_cast<const uint4*>(x + int64_t{token} * chunks_per_row * 8)[c];
+    reinterpret_cast<uint4*>(out + r * chunks_per_row * 8)[c] = v;
+  }
+  allow_dependent_launch();
+}
+
+}  // namespace
+
+bool wgmma_grouped_gemm_available() {
+#ifdef MOE_CUDA_SM90A
+  static const bool available = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    return major == 9 && minor == 0;
+  }();
+  return available;
+#else
+  return false;
+#endif
+}
+
+void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream) { launch_wgmma<true>(args, stream); }
+void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) { launch_wgmma<false>(args, stream); }
+
+GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows) {
+  static const int forced = [] {  // 0: policy, 1: mma, 2: wgmma
+    const char* v = std::getenv("MOE_GROUPED_GEMM");
+    if (v == nullptr || *v == '\0') return 0;
+    const std::string s(v);
+    MOE_CUDA_REQUIRE(s == "mma" || s == "wgmma", "MOE_GROUPED_GEMM must be mma or wgmma, not '" + s + "'");
+    return s == "mma" ? 1 : 2;
+  }();
+  if (forced == 1 || !wgmma_grouped_gemm_available()) return GroupedGemmKernel::mma;
+  // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): wgmma with 128-row tiles beats the mma.sync
+  // kernels in both prefill buckets, also at 32 rows per expert (DeepSeek-V3 T=1024: 8.98 -> 6.15 ms) where
+  // three quarters of each tile are masked rows; decode (16-row tiles) stays a weight stream on mma.sync.
+  return tile_rows >= 64 ? GroupedGemmKernel::wgmma : GroupedGemmKernel::mma;
+}
+
+void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_t cols, bf16* out,
+                 cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(cols % 8 == 0, "gather_rows: columns " + std::to_string(cols) + " must be a multiple of 8");
+  if (n_rows == 0) return;
+  const int64_t total = n_rows * (cols / 8);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, int64_t{sm_count()} * 8));
+  launch_dependent(gather_rows_kernel, dim3(blocks), dim3(256), 0, stream, x, row_token, n_rows, cols / 8, out);
+}
+
+}  // namespace moe::cuda

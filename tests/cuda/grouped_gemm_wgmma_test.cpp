@@ -1,0 +1,135 @@
+// The Hopper wgmma grouped GEMMs (gather, gate+up with SwiGLU, then down) against cpu::grouped_swiglu on
+// the same bf16 data: uneven experts (empty ones, one of a single row, segments that end mid-tile), sizes
+// that are not multiples of the tiles (masked columns, K zero-filled past its end), outputs pre-filled with
+// junk, and a case with more work units than SMs and more k-blocks than pipeline stages, so that blocks
+// walk several tiles and the stages wrap around.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "moe/core/float_convert.h"
+#include "moe/cpu/ops.h"
+#include "moe/cuda/ops.h"
+#include "test_random.h"
+
+namespace moe::cuda {
+namespace {
+
+std::vector<uint16_t> bf16_bits(const Tensor& t) {
+  const Tensor b = t.to(DType::BF16);
+  return {b.data_as<uint16_t>(), b.data_as<uint16_t>() + b.numel()};
+}
+
+struct Case {
+  int64_t H, I;
+  std::vector<int> counts;  // rows of each expert
+};
+
+void check_case(const Case& c, test::TestRng& rng) {
+  const int E = static_cast<int>(c.counts.size());
+  const int64_t T = std::accumulate(c.counts.begin(), c.counts.end(), int64_t{0}), H = c.H, I = c.I;
+  std::vector<SwigluWeights> experts;
+  std::vector<uint16_t> w13, w2;
+  for (int e = 0; e < E; ++e) {
+    experts.push_back({rng.normal_tensor({I, H}, 0.1f, DType::BF16), rng.normal_tensor({I, H}, 0.1f, DType::BF16),
+                       rng.normal_tensor({H, I}, 0.1f, DType::BF16)});
+    for (const Tensor* t : {&experts.back().gate, &experts.back().up}) {
+      const auto bits = bf16_bits(*t);
+      w13.insert(w13.end(), bits.begin(), bits.end());
+    }
+    const auto bits = bf16_bits(experts.back().down);
+    w2.insert(w2.end(), bits.begin(), bits.end());
+  }
+  const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16).to_f32();  // bf16-exact values
+  // k = 1; tokens shuffled over the experts so that the gather is not the identity.
+  std::vector<int32_t> expert_of;
+  for (int e = 0; e < E; ++e) expert_of.insert(expert_of.end(), c.counts[e], e);
+  std::shuffle(expert_of.begin(), expert_of.end(), rng.engine());
+  TopK topk{Tensor::empty(DType::I32, {T, 1}), Tensor::from_f32({T, 1}, std::vector<float>(T, 1.0f))};
+  std::copy(expert_of.begin(), expert_of.end(), topk.ids.data_as<int32_t>());
+  const ExpertBatch batch = cpu::permute_contiguous(x, topk, E);
+  const Tensor want = cpu::grouped_swiglu(batch, experts, 0);  // [T, H]
+
+  const int64_t rows = T;
+  std::vector<int32_t> offsets(E), counts(E);
+  for (int e = 0; e < E; ++e) {
+    offsets[e] = static_cast<int32_t>(batch.expert_offsets.data_as<int64_t>()[e]);
+    counts[e] = static_cast<int32_t>(batch.expert_counts.data_as<int64_t>()[e]);
+    ASSERT_EQ(counts[e], c.counts[e]);
+  }
+  const std::vector<int32_t> row_token(batch.row_token.data_as<int32_t>(), batch.row_token.data_as<int32_t>() + rows);
+  test::Device<uint16_t> d_x(bf16_bits(x)), d_w13(w13), d_w2(w2), d_gathered(rows * H), d_act(rows * I),
+      d_out(rows * H);
+  test::Device<int32_t> d_offsets(offsets), d_counts(counts), d_token(row_token);
+  const int64_t max_tiles = rows / 128 + E;
+  test::Device<int32_t> tile_expert(max_tiles), tile_row(max_tiles), n_tiles(1);
+  build_tiles(d_offsets.get(), d_counts.get(), E, 128, tile_expert.get(), tile_row.get(), n_tiles.get(), max_tiles,
+              nullptr);
+  gather_rows(reinterpret_cast<const bf16*>(d_x.get()), d_token.get(), rows, H,
+              reinterpret_cast<bf16*>(d_gathered.get()), nullptr);
+  GroupedGemmArgs up{.a = reinterpret_cast<const bf16*>(d_gathered.get()), .gather = nullptr,
+                     .b = reinterpret_cast<const bf16*>(d_w13.get()), .c = reinterpret_cast<bf16*>(d_act.get()),
+                     .segment_offsets = d_offsets.get(), .segment_counts = d_counts.get(),
+                     .tile_expert = tile_expert.get(), .tile_row = tile_row.get(), .n_tiles = n_tiles.get(),
+                     .max_tiles = max_tiles, .k = H, .n = I, .n_experts = E, .a_rows = rows};
+  wgmma_grouped_gemm_swiglu(up, nullptr);
+  MOE_CUDA_CHECK(cudaGetLastError());
+  GroupedGemmArgs down = up;
+  down.a = reinterpret_cast<const bf16*>(d_act.get());
+  down.b = reinterpret_cast<const bf16*>(d_w2.get());
+  down.c = reinterpret_cast<bf16*>(d_out.get());
+  down.k = I;
+  down.n = H;
+  wgmma_grouped_gemm(down, nullptr);
+  MOE_CUDA_CHECK(cudaGetLastError());
+  const auto got = d_out.host();
+  // Normwise and per-row: a row of junk (an unwritten row) must not hide in the norm.
+  double err2 = 0, ref2 = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double row_err2 = 0, row_ref2 = 0;
+    for (int64_t j = 0; j < H; ++j) {
+      const double g = ::moe::bf16_to_f32(got[r * H + j]), w = want.data_as<float>()[r * H + j];
+      ASSERT_FALSE(std::isnan(g)) << "row " << r << " column " << j;
+      row_err2 += (g - w) * (g - w);
+      row_ref2 += w * w;
+    }
+    ASSERT_LE(std::sqrt(row_err2 / std::max(row_ref2, 1e-30)), 2e-2) << "row " << r;
+    err2 += row_err2;
+    ref2 += row_ref2;
+  }
+  EXPECT_LE(std::sqrt(err2 / ref2), 1e-2);
+}
+
+TEST(CudaWgmmaGroupedGemm, MatchesTheCpuExpertsOnUnevenExperts) {
+  MOE_SKIP_WITHOUT_GPU();
+  if (!wgmma_grouped_gemm_available()) GTEST_SKIP() << "no sm_90a build or not a compute capability 9.0 GPU";
+  test::TestRng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  // Empty experts, a one-row expert, segments ending mid-tile and on a tile edge; H and I not multiples of
+  // the tiles (K = 200 ends mid k-block; N = 136 and 200 leave masked columns).
+  check_case({.H = 200, .I = 136, .counts = {0, 1, 300, 0, 129, 57, 128}}, rng);
+  // 168 gate/up work units over at most 132 blocks; 8 and 24 k-blocks through 4 stages.
+  check_case({.H = 512, .I = 1536, .counts = {600, 0, 1, 900}}, rng);
+}
+
+TEST(CudaWgmmaGroupedGemm, GatherRowsCopiesTokenRowsAndZeroesUnusedOnes) {
+  MOE_SKIP_WITHOUT_GPU();
+  const int64_t T = 37, H = 264, rows = 50;
+  test::TestRng rng;
+  std::vector<uint16_t> x(T * H);
+  for (auto& v : x) v = static_cast<uint16_t>(rng.uniform_int(0, 65535));
+  std::vector<int32_t> token(rows);
+  for (auto& t : token) t = static_cast<int32_t>(rng.uniform_int(-1, T - 1));
+  test::Device<uint16_t> d_x(x), d_out(rows * H);
+  test::Device<int32_t> d_token(token);
+  gather_rows(reinterpret_cast<const bf16*>(d_x.get()), d_token.get(), rows, H, reinterpret_cast<bf16*>(d_out.get()),
+              nullptr);
+  const auto got = d_out.host();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < H; ++j)
+      ASSERT_EQ(got[r * H + j], token[r] < 0 ? 0 : x[token[r] * H + j]) << "row " << r << " column " << j;
+}
+
+}  // namespace
+}  // namespace moe::cuda
