@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Here (no GPU): builds the CUDA targets for sm_90a and gathers what a device run needs into
-# .device-carry/ (git-ignored): the binaries and the one shared library the device image lacks (fmt).
+# .device-carry/ (git-ignored): the binaries and the shared libraries the device image may lack.
 # Then: device run with carry [".device-carry"] and command "bash scripts/device/<script>.sh".
 # BUILD and CARRY override the build folder and the carry folder (helpers building side by side).
 set -euo pipefail
