@@ -14,6 +14,9 @@
 #include "id_list.h"
 #include "moe/core/check.h"
 #include "moe/core/checkpoint.h"
+#include "moe/dist/communicator.h"
+#include "moe/dist/placement.h"
+#include "moe/dist/replicated_ep.h"
 #include "moe/model/causal_lm.h"
 #include "moe/model/generation.h"
 #include "moe/model/tokenizer.h"
@@ -36,6 +39,8 @@ struct GenerateArgs {
   std::string backend = "cpu", cpu_experts;  // cpu_experts: empty = by the checkpoint's expert dtype
   std::string json, trace, stats;
   bool print_ids = false;
+  bool ep = false;
+  std::string placement, ep_transfer = "f32";
   // Which of the sampling options the command line gave.
   bool has_temperature = false, has_sampling_option = false;
 };
@@ -53,7 +58,7 @@ CpuExperts default_cpu_experts(const fs::path& dir) {
 // Progress on a terminal only, rewritten in place: in a pipe or a log stderr stays one line per error.
 class ProgressLine {
  public:
-  ProgressLine() : enabled_(isatty(STDERR_FILENO) == 1) {}
+  explicit ProgressLine(bool root) : enabled_(root && isatty(STDERR_FILENO) == 1) {}
   void show(const std::string& line) {
     if (!enabled_) return;
     fmt::print(stderr, "\r\033[K{}", line);
@@ -143,7 +148,19 @@ void run_generate(const GenerateArgs& a) {
   for (const std::string& text : a.prompts) prompts.push_back(tokenizer->encode(text, /*add_special_tokens=*/true));
   for (const std::string& ids : a.prompt_ids) prompts.push_back(parse_id_list(ids, "--prompt-ids"));
 
-  ProgressLine progress;
+  // Expert parallelism: every rank runs the whole model on the same prompts (attention replicated), the MoE
+  // blocks exchange tokens between ranks; the ranks compute identical logits and so pick identical tokens.
+  // Rank 0 alone prints and writes files.
+  std::unique_ptr<dist::Communicator> comm;  // outlives the model, whose MoE blocks hold it
+  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer == "f32"), "--placement and --ep-transfer need --ep");
+  if (a.ep) {
+    MOE_CHECK(a.backend == "cpu" && a.cpu_experts != "fast",
+              "--ep runs the MoE blocks on the CPU reference experts: drop --backend cuda and --cpu-experts fast");
+    comm = dist::make_mpi_communicator();
+  }
+  const bool root = !comm || comm->rank() == 0;
+
+  ProgressLine progress(root);
   model::ModelOptions options;
   options.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
   options.cpu_experts = a.cpu_experts.empty()   ? default_cpu_experts(dir)
@@ -151,12 +168,22 @@ void run_generate(const GenerateArgs& a) {
                                                   : CpuExperts::reference;
   options.max_batched_tokens = a.max_batched_tokens;
   options.progress = [&](const std::string& what) { progress.show("loading " + a.model_dir + ": " + what); };
+  if (comm) {
+    options.cpu_experts = CpuExperts::reference;
+    const dist::Transfer transfer = dist::parse_transfer(a.ep_transfer);
+    options.moe_block = [&comm, &a, transfer](int64_t, const MoeConfig& config, MoeWeights weights) {
+      auto block = std::make_shared<dist::ReplicatedEpMoeLayer>(
+          *comm, config, std::move(weights),
+          dist::resolve_placement(a.placement, config.router.n_experts, comm->size()), transfer);
+      return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
+    };
+  }
   const std::unique_ptr<model::CausalLM> lm = model::CausalLM::load(dir, options);
   progress.clear();
   const model::ModelInfo& info = lm->info();
 
   std::optional<TraceWriter> trace;
-  if (!a.trace.empty()) trace.emplace(a.trace);
+  if (!a.trace.empty() && root) trace.emplace(a.trace);
   model::GenerationOptions generation;
   generation.max_new_tokens = a.max_new_tokens;
   generation.sampling = sampling;
@@ -167,13 +194,15 @@ void run_generate(const GenerateArgs& a) {
   progress.clear();
   if (trace) trace->close();
 
+  if (!root) return;
   std::vector<std::string> texts;
   if (tokenizer)
     for (const auto& ids : result.generated) texts.push_back(decode_known(*tokenizer, ids));
 
-  fmt::print("{}: {} layers ({} MoE), {} experts, top-{}; {} backend, {} CPU experts\n", info.model_type,
+  fmt::print("{}: {} layers ({} MoE), {} experts, top-{}; {} backend, {} CPU experts{}\n", info.model_type,
              info.num_layers, info.moe_layers.size(), info.num_experts, info.top_k, a.backend,
-             options.cpu_experts == CpuExperts::fast ? "fast" : "reference");
+             options.cpu_experts == CpuExperts::fast ? "fast" : "reference",
+             comm ? fmt::format(", expert-parallel over {} ranks ({} transfer)", comm->size(), a.ep_transfer) : "");
   for (size_t s = 0; s < prompts.size(); ++s) {
     if (prompts.size() > 1) fmt::print("\n[sequence {}]\n", s);
     if (tokenizer) {
@@ -232,6 +261,13 @@ Run add_generate_command(CLI::App& app) {
                   "write one JSON line per (token, MoE layer): {seq, pos, token, layer, experts, weights}");
   cmd->add_option("--stats", args->stats, "write per-layer expert load statistics as JSON");
   cmd->add_flag("--print-ids", args->print_ids, "also print the prompt and generated token ids");
+  cmd->add_flag("--ep", args->ep,
+                "expert parallelism under mpirun: every rank runs attention on all tokens, the MoE blocks split "
+                "the experts over the ranks (CPU reference experts); rank 0 prints and writes the outputs");
+  cmd->add_option("--placement", args->placement,
+                  "--ep: placement JSON (which experts each rank holds); default contiguous");
+  cmd->add_option("--ep-transfer", args->ep_transfer, "--ep: dispatch wire format f32 (exact), bf16 or fp8")
+      ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
   return [args, temperature, top_p, top_k, seed] {
     args->has_temperature = temperature->count() > 0;
     args->has_sampling_option = top_p->count() + top_k->count() + seed->count() > 0;

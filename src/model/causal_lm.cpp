@@ -142,8 +142,11 @@ class Model final : public CausalLM {
       const bool mixtral_name = c.model_type == "mixtral" && reader_.contains(p + "block_sparse_moe.gate.weight");
       const std::string prefix = p + (mixtral_name ? "block_sparse_moe." : "mlp.");
       MoeWeights weights = load_moe_weights(checkpoint_, prefix, c.moe);
-      layer.moe = options.backend == ModelBackend::cuda ? make_cuda_moe_block(c.moe, weights, options)
-                                                        : make_cpu_moe_block(c.moe, std::move(weights), options);
+      if (options.moe_block)
+        layer.moe = make_function_moe_block(options.moe_block(i, c.moe, std::move(weights)));
+      else
+        layer.moe = options.backend == ModelBackend::cuda ? make_cuda_moe_block(c.moe, weights, options)
+                                                          : make_cpu_moe_block(c.moe, std::move(weights), options);
     } else {
       const int64_t I = c.intermediate_size;
       const std::string why = fmt::format("intermediate_size {}, hidden_size {} (dense layer)", I, H);

@@ -19,7 +19,23 @@ class CpuMoeBlock final : public MoeBlock {
   MoeLayer layer_;
 };
 
+class FunctionMoeBlock final : public MoeBlock {
+ public:
+  explicit FunctionMoeBlock(ModelOptions::MoeBlockFn fn) : fn_(std::move(fn)) {}
+  MoeBlockOutput forward(const Tensor& x) override {
+    LayerOutput out = fn_(x);
+    return {.hidden_states = std::move(out.hidden_states), .topk = std::move(out.topk)};
+  }
+
+ private:
+  ModelOptions::MoeBlockFn fn_;
+};
+
 }  // namespace
+
+std::unique_ptr<MoeBlock> make_function_moe_block(ModelOptions::MoeBlockFn fn) {
+  return std::make_unique<FunctionMoeBlock>(std::move(fn));
+}
 
 std::unique_ptr<MoeBlock> make_cpu_moe_block(const MoeConfig& config, MoeWeights weights, const ModelOptions& options) {
   return std::make_unique<CpuMoeBlock>(config, std::move(weights), options);

@@ -24,6 +24,8 @@ class MoeBlock {
 
 // The weights are the checkpoint views of load_moe_weights.
 std::unique_ptr<MoeBlock> make_cpu_moe_block(const MoeConfig& config, MoeWeights weights, const ModelOptions& options);
+// A block that runs `fn` (ModelOptions::moe_block).
+std::unique_ptr<MoeBlock> make_function_moe_block(ModelOptions::MoeBlockFn fn);
 // Uploads the weights (experts bf16, router fp32); activations go in as bf16 and come back fp32, in
 // chunks of at most options.max_batched_tokens tokens. Throws moe::Error in a build without CUDA or
 // without a visible GPU.

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -214,6 +217,33 @@ TEST(Generation, BadInputIsAnError) {
   EXPECT_NE(message({{1}}, options(-1)).find("max_new_tokens must be >= 0"), std::string::npos);
   EXPECT_NE(message({{1}}, options(4, 0)).find("max_batched_tokens"), std::string::npos);
   EXPECT_NE(message({{1}}, options(4, 8, {.temperature = 1.0, .top_p = 2.0})).find("top_p"), std::string::npos);
+}
+
+// ModelOptions::moe_block replaces every MoE block of a real checkpoint: here with the plain reference
+// MoeLayer, which must continue the fixture exactly as transformers did, each block built once per MoE layer.
+TEST(Generation, MoeBlockHookReplacesEveryMoeBlock) {
+  const std::filesystem::path dir = std::filesystem::path(MOE_TEST_DATA) / "models" / "deepseek_v2";
+  std::ifstream in(dir / "reference.json");
+  const nlohmann::json reference = nlohmann::json::parse(in);
+  std::vector<int64_t> built;
+  int64_t calls = 0;
+  ModelOptions model_options;
+  model_options.moe_block = [&](int64_t layer, const MoeConfig& config, MoeWeights weights) {
+    built.push_back(layer);
+    auto block = std::make_shared<MoeLayer>(config, std::move(weights), LayerOptions{.cpu_experts = CpuExperts::reference});
+    return ModelOptions::MoeBlockFn([block, &calls](const Tensor& x) {
+      ++calls;
+      return block->forward(x);
+    });
+  };
+  const auto model = CausalLM::load(dir, model_options);
+  EXPECT_EQ(built, model->info().moe_layers);
+  const nlohmann::json& c = reference.at("cases")[0];
+  const std::vector<std::vector<int32_t>> prompt = {c.at("ids").get<std::vector<int32_t>>()};
+  const GenerationResult r = generate(*model, prompt, options(16));
+  EXPECT_EQ(r.generated[0], c.at("generated_ids").get<std::vector<int32_t>>());
+  // One call per MoE layer per forward: one prefill and 15 decode steps.
+  EXPECT_EQ(calls, static_cast<int64_t>(built.size()) * 16);
 }
 
 }  // namespace

@@ -27,6 +27,11 @@ struct ModelOptions {
   int64_t max_batched_tokens = 4096;  // the largest forward (prefill chunk) the CUDA workspace is sized for
   // Called while loading with a short description ("layer 3/48") for a progress line; may be empty.
   std::function<void(const std::string&)> progress;
+  // When set, makes the MoE block of decoder layer `layer` from its config and checkpoint weights instead
+  // of the backend's own: the returned function maps x [T, H] F32 (after post_attention_layernorm) to
+  // hidden_states [T, H] F32 and topk [T, k]. Expert parallelism plugs in here (moe/dist/replicated_ep.h).
+  using MoeBlockFn = std::function<LayerOutput(const Tensor& x)>;
+  std::function<MoeBlockFn(int64_t layer, const MoeConfig& config, MoeWeights weights)> moe_block;
 };
 
 // What a user needs to know about a loaded model.
