@@ -2,7 +2,9 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "moe/cuda/device_buffer.h"
 #include "moe/core/float_convert.h"
@@ -11,21 +13,30 @@ namespace moe::cuda {
 
 namespace {
 
-// Copies a host weight of any float dtype (possibly a strided view) into dst as bf16.
-void upload_bf16(DeviceBuffer<bf16>& dst, size_t offset, const Tensor& weight) {
-  const Tensor host = weight.to(DType::BF16);
-  dst.upload(reinterpret_cast<const bf16*>(host.data()), static_cast<size_t>(host.numel()), offset);
-}
+// The kernels' tile width: intermediate sizes are padded up to a multiple of it.
+constexpr int64_t kIntermediateAlign = 64;
 
-// [n_mlps, 2I, H] (gate rows, then up rows) and [n_mlps, H, I] for a list of SwiGLU MLPs.
+int64_t padded_intermediate(int64_t I) { return (I + kIntermediateAlign - 1) / kIntermediateAlign * kIntermediateAlign; }
+
+// [n_mlps, 2I, H] (gate rows, then up rows) and [n_mlps, H, I] in bf16 for a list of SwiGLU MLPs whose true
+// intermediate size (their gate rows) may be below the padded I: the extra gate/up rows and down columns
+// are zero, which is exact (silu(0) · 0 = 0, and the zero columns of down multiply those zeros).
 void upload_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64_t I, DeviceBuffer<bf16>& w13,
                  DeviceBuffer<bf16>& w2) {
   w13 = DeviceBuffer<bf16>(mlps.size() * 2 * I * H);
   w2 = DeviceBuffer<bf16>(mlps.size() * H * I);
+  std::vector<uint16_t> gate_up(2 * I * H), down(H * I);  // one MLP, padded, bf16 bits
   for (size_t e = 0; e < mlps.size(); ++e) {
-    upload_bf16(w13, e * 2 * I * H, mlps[e]->gate);
-    upload_bf16(w13, e * 2 * I * H + I * H, mlps[e]->up);
-    upload_bf16(w2, e * H * I, mlps[e]->down);
+    const int64_t rows = mlps[e]->gate.size(0);  // the MLP's true intermediate size
+    const Tensor gate = mlps[e]->gate.to(DType::BF16), up = mlps[e]->up.to(DType::BF16);
+    const Tensor w_down = mlps[e]->down.to(DType::BF16);  // [H, rows]
+    std::fill(gate_up.begin(), gate_up.end(), uint16_t{0});
+    std::fill(down.begin(), down.end(), uint16_t{0});
+    std::copy_n(gate.data_as<uint16_t>(), rows * H, gate_up.begin());
+    std::copy_n(up.data_as<uint16_t>(), rows * H, gate_up.begin() + I * H);
+    for (int64_t h = 0; h < H; ++h) std::copy_n(w_down.data_as<uint16_t>() + h * rows, rows, down.begin() + h * I);
+    w13.upload(reinterpret_cast<const bf16*>(gate_up.data()), gate_up.size(), e * 2 * I * H);
+    w2.upload(reinterpret_cast<const bf16*>(down.data()), down.size(), e * H * I);
   }
 }
 
@@ -69,15 +80,14 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   s.config = config;
   s.options = options;
   s.H = config.hidden_size;
-  s.I = config.expert_intermediate_size;
-  s.S = config.shared == SharedExpertKind::none ? 0 : config.shared_intermediate_size;
+  // NOTE: s.I and s.S are the padded sizes the kernels run with (see upload_mlps).
+  s.I = padded_intermediate(config.expert_intermediate_size);
+  s.S = config.shared == SharedExpertKind::none ? 0 : padded_intermediate(config.shared_intermediate_size);
   s.E = config.router.n_experts;
   s.k = config.router.top_k;
   routing::validate(config.router);
-  MOE_CHECK(s.H % 64 == 0 && s.I % 64 == 0 && s.S % 64 == 0,
-            "the CUDA backend needs hidden_size ({}) and expert intermediate sizes ({}, shared {}) that are "
-            "multiples of 64: use --backend cpu for this model",
-            s.H, s.I, s.S);
+  MOE_CHECK(s.H % 64 == 0, "the CUDA backend needs a hidden_size that is a multiple of 64, got {}: use --backend cpu "
+            "for this model", s.H);
   MOE_CHECK(options.max_tokens >= 1, "max_tokens must be at least 1");
   const int64_t Tm = options.max_tokens, H = s.H, E = s.E, k = s.k;
 

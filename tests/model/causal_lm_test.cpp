@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -97,8 +98,16 @@ TEST_P(ModelFixture, PrefillLogitsAndRoutingMatchTransformers) {
 }
 
 TEST_P(ModelFixture, GreedyContinuationMatchesTransformers) {
-  for (const FixtureCase& c : fixture_.cases)
-    EXPECT_EQ(greedy(*lm_, c.ids, fixture_.max_new_tokens, fixture_.eos), c.generated) << c.text;
+  const auto start = std::chrono::steady_clock::now();
+  int64_t tokens = 0;
+  for (const FixtureCase& c : fixture_.cases) {
+    const std::vector<int32_t> generated = greedy(*lm_, c.ids, fixture_.max_new_tokens, fixture_.eos);
+    EXPECT_EQ(generated, c.generated) << c.text;
+    tokens += static_cast<int64_t>(generated.size());
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[ %s ] %lld greedy tokens (with 3 prefills) in %.1f ms\n", GetParam().c_str(),
+              static_cast<long long>(tokens), ms);
 }
 
 TEST_P(ModelFixture, OneBatchOfAllPromptsMatchesEachAlone) {

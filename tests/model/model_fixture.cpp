@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 #include "moe/core/safetensors.h"
@@ -18,7 +19,9 @@ const std::vector<std::string>& fixture_families() {
 }
 
 std::filesystem::path fixture_dir(const std::string& family) {
-  return std::filesystem::path(MOE_TEST_DATA) / "models" / family;
+  // MOE_TEST_DATA in the environment overrides the source tree's path (a build run on another machine).
+  const char* data = std::getenv("MOE_TEST_DATA");
+  return std::filesystem::path(data && *data ? data : MOE_TEST_DATA) / "models" / family;
 }
 
 Fixture load_fixture(const std::string& family) {

@@ -34,8 +34,8 @@ struct DeviceLoadCounts {
 class CudaMoeLayer {
  public:
   // Uploads the weights (experts as bf16, the router in fp32) to the current device and sizes the
-  // workspace. Throws moe::Error for sizes the kernels do not handle (hidden and intermediate sizes must be
-  // multiples of 64).
+  // workspace. Throws moe::Error for sizes the kernels do not handle (hidden_size must be a multiple of 64;
+  // expert and shared intermediate sizes are zero-padded to a multiple of 64 at upload, which is exact).
   CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, CudaLayerOptions options = {});
   ~CudaMoeLayer();
   CudaMoeLayer(const CudaMoeLayer&) = delete;
