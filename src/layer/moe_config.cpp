@@ -119,7 +119,8 @@ void parse_deepseek_common(const json& c, MoeConfig& m, int64_t n_shared_default
 
 void parse_deepseek_v2(const json& c, MoeConfig& m) {
   m.hidden_size = int_key(c, "hidden_size", 4096);
-  m.router.n_experts = to_int(int_key(c, "n_routed_experts", 64), "n_routed_experts");
+  // transformers' attribute_map: num_experts -> n_routed_experts.
+  m.router.n_experts = to_int(int_key_any(c, {"n_routed_experts", "num_experts"}, 64), "n_routed_experts");
   m.router.top_k = to_int(int_key(c, "num_experts_per_tok", std::nullopt), "num_experts_per_tok");
   // NOTE: transformers' DeepSeek-V2 router ignores norm_topk_prob (weights = p · routed_scaling_factor);
   // DeepSeek's own code normalises instead. Released V2 checkpoints set it false, where both agree.
@@ -141,7 +142,8 @@ void parse_deepseek_v2(const json& c, MoeConfig& m) {
 void parse_deepseek_v3(const json& c, MoeConfig& m) {
   m.hidden_size = int_key(c, "hidden_size", 7168);
   m.router.method = RoutingMethod::noaux_tc;  // transformers ignores topk_method and scoring_func for V3
-  m.router.n_experts = to_int(int_key(c, "n_routed_experts", 256), "n_routed_experts");
+  // transformers' attribute_map: num_local_experts -> n_routed_experts.
+  m.router.n_experts = to_int(int_key_any(c, {"n_routed_experts", "num_local_experts"}, 256), "n_routed_experts");
   m.router.top_k = to_int(int_key(c, "num_experts_per_tok", 8), "num_experts_per_tok");
   m.router.n_group = to_int(int_key(c, "n_group", 8), "n_group");
   m.router.topk_group = to_int(int_key(c, "topk_group", 4), "topk_group");

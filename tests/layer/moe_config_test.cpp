@@ -131,6 +131,14 @@ TEST(MoeConfig, BadConfigsAreNamed) {
   expect_error(nlohmann::json::array(), "object");
 }
 
+// transformers' attribute_map aliases of the DeepSeek expert count.
+TEST(MoeConfig, DeepSeekExpertCountAliases) {
+  nlohmann::json v2 = {{"model_type", "deepseek_v2"}, {"num_experts", 16}, {"num_experts_per_tok", 2}};
+  EXPECT_EQ(parse_moe_config(v2).router.n_experts, 16);
+  nlohmann::json v3 = {{"model_type", "deepseek_v3"}, {"num_local_experts", 32}, {"n_group", 4}, {"topk_group", 2}};
+  EXPECT_EQ(parse_moe_config(v3).router.n_experts, 32);
+}
+
 TEST(MoeConfig, FileErrorsNameTheFile) {
   try {
     load_moe_config("/nonexistent/config.json");
