@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "model_fixture.h"
 #include "moe/model/tokenizer.h"
@@ -181,6 +182,48 @@ TEST_P(ModelFixture, InfoDescribesTheModel) {
   EXPECT_EQ(info.moe_layers, moe_layers);
   EXPECT_EQ(info.eos_token_ids, fixture_.eos);
   EXPECT_EQ(info.top_k, static_cast<int>(fixture_.cases[0].routing.begin()->second.experts[0].size()));
+}
+
+// The optimised CPU experts (bf16 weights) through ModelOptions: close to transformers, not exact. Rows
+// of tokens whose routing differs from transformers' somewhere (a near tie under bf16) are not compared.
+TEST_P(ModelFixture, FastCpuExpertsStayClose) {
+  model::ModelOptions options;
+  options.cpu_experts = CpuExperts::fast;
+  const auto fast = CausalLM::load(fixture_.dir, options);
+  const int64_t V = fast->info().vocab_size;
+  double worst = 0;
+  int64_t skipped = 0;
+  for (const FixtureCase& c : fixture_.cases) {
+    const Prefill p = prefill(*fast, c.ids);
+    const int64_t n = static_cast<int64_t>(c.ids.size());
+    for (int64_t r = 0; r < c.logits.size(0); ++r) {
+      const int64_t pos = n - c.logits.size(0) + r;
+      bool same_routing = true;
+      for (const auto& [layer, ref] : c.routing) {
+        const auto& e = p.routing.at(layer)[pos];
+        same_routing &= std::set<int32_t>(e.experts.begin(), e.experts.end()) ==
+                        std::set<int32_t>(ref.experts[pos].begin(), ref.experts[pos].end());
+      }
+      if (!same_routing) {
+        ++skipped;
+        continue;
+      }
+      const double err = row_rel_error(p.logits.data_as<float>() + pos * V, c.logits.data_as<float>() + r * V, V);
+      EXPECT_LE(err, 3e-2) << c.text << " row " << r;
+      worst = std::max(worst, err);
+    }
+  }
+  std::printf("[ %s ] fast CPU experts: worst normwise logits error %.2e (%lld rerouted rows skipped)\n",
+              GetParam().c_str(), worst, static_cast<long long>(skipped));
+}
+
+TEST_P(ModelFixture, LoadingReportsProgressPerLayer) {
+  model::ModelOptions options;
+  std::vector<std::string> lines;
+  options.progress = [&](const std::string& line) { lines.push_back(line); };
+  const auto lm = CausalLM::load(fixture_.dir, options);
+  ASSERT_EQ(static_cast<int64_t>(lines.size()), lm->info().num_layers);
+  EXPECT_EQ(lines.back(), fmt::format("layer {}/{}", lm->info().num_layers, lm->info().num_layers));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ModelFixture, ::testing::ValuesIn(fixture_families()),

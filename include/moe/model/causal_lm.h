@@ -24,7 +24,8 @@ struct ModelOptions {
   // are checked with); `fast` uses the optimised bf16/int8 kernels.
   CpuExperts cpu_experts = CpuExperts::reference;
   cpu::WeightFormat cpu_weights = cpu::WeightFormat::bf16;
-  int64_t max_batched_tokens = 4096;  // the largest forward (prefill chunk) the CUDA workspace is sized for
+  // The CUDA MoE blocks' workspace, in tokens; a larger forward runs its MoE blocks in chunks of this size.
+  int64_t max_batched_tokens = 4096;
   // Called while loading with a short description ("layer 3/48") for a progress line; may be empty.
   std::function<void(const std::string&)> progress;
   // When set, makes the MoE block of decoder layer `layer` from its config and checkpoint weights instead
