@@ -135,9 +135,8 @@ TEST(GenerateCli, TextPromptGivesTheSameIds) {
     EXPECT_EQ(j.at("generated_ids").get<std::vector<int32_t>>(), c.generated_ids);
     // What it prints: the continuation, its ids, both speeds and a load line per MoE layer.
     EXPECT_NE(o.out.find("generated: " + c.generated_text + "\n"), std::string::npos) << o.out;
-    std::string ids = "generated ids:";
-    for (int32_t id : c.generated_ids) ids += " " + std::to_string(id);
-    EXPECT_NE(o.out.find(ids + "\n"), std::string::npos) << o.out;
+    const std::string ids = fmt::format("generated ids: {}\n", fmt::join(c.generated_ids, " "));
+    EXPECT_NE(o.out.find(ids), std::string::npos) << o.out;
     EXPECT_NE(o.out.find("prefill: " + std::to_string(c.ids.size()) + " tokens in "), std::string::npos) << o.out;
     EXPECT_NE(o.out.find("decode:  15 tokens in "), std::string::npos) << o.out;
     for (const auto& [layer, routing] : c.routing.items())
