@@ -31,11 +31,21 @@ struct DecoderLayer {
   SwigluWeights dense;            // set for dense layers (checkpoint views)
 };
 
+// The weights of a HuggingFace directory: model.safetensors.index.json (sharded) or model.safetensors.
+// (Checkpoint::open would also take any lone *.safetensors, which here could be an unrelated file.)
+Checkpoint open_weights(const std::filesystem::path& dir) {
+  MOE_CHECK(std::filesystem::exists(dir / "model.safetensors.index.json") ||
+                std::filesystem::exists(dir / "model.safetensors"),
+            "'{}' has neither model.safetensors nor model.safetensors.index.json: the weights are missing",
+            dir.string());
+  return Checkpoint::open(dir);
+}
+
 class Model final : public CausalLM {
  public:
   Model(const std::filesystem::path& dir, const ModelOptions& options)
       : config_(load_model_config(dir)),
-        checkpoint_(Checkpoint::open(dir)),
+        checkpoint_(open_weights(dir)),
         reader_(checkpoint_, config_.model_type),
         rope_(config_.rope) {
     const ModelConfig& c = config_;

@@ -55,6 +55,13 @@ TEST(ModelDirectory, MissingConfig) {
   EXPECT_MENTIONS(load_error(model), "config.json");
 }
 
+TEST(ModelDirectory, MissingWeights) {
+  TempDir dir;
+  const fs::path model = copy_fixture(dir, "mixtral");
+  fs::remove(model / "model.safetensors");  // reference.safetensors stays: it must not be taken for the weights
+  EXPECT_MENTIONS(load_error(model), "model.safetensors");
+}
+
 TEST(ModelDirectory, MissingShard) {
   TempDir dir;
   const fs::path model = copy_fixture(dir, "deepseek_v3");
@@ -154,6 +161,27 @@ TEST(ModelDirectory, OldAndNewConfigKeysGiveTheSameModel) {
     const Tensor a = old_keys->forward(prompt, *cache_old, true), b = new_keys->forward(prompt, *cache_new, true);
     EXPECT_EQ(row_rel_error(a.data_as<float>(), b.data_as<float>(), a.numel()), 0.0) << family;
   }
+}
+
+// OLMoE's clip_qkv clamps q, k and v after the projections: a bound above every value changes nothing, a
+// small one changes the logits.
+TEST(ModelDirectory, ClipQkvClampsTheProjections) {
+  const Fixture fixture = load_fixture("olmoe");
+  const std::vector<std::vector<int32_t>> prompt = {fixture.cases[0].ids};
+  auto logits = [&](double clip) {
+    TempDir dir;
+    const fs::path model = copy_fixture(dir, "olmoe");
+    edit_config(model, [&](json& c) { c["clip_qkv"] = clip; });
+    const auto lm = CausalLM::load(model);
+    auto cache = lm->new_cache(1, 64);
+    return lm->forward(prompt, *cache, true);
+  };
+  const auto plain = CausalLM::load(fixture.dir);
+  auto cache = plain->new_cache(1, 64);
+  const Tensor reference = plain->forward(prompt, *cache, true);
+  const Tensor loose = logits(1e9), tight = logits(0.05);
+  EXPECT_EQ(row_rel_error(loose.data_as<float>(), reference.data_as<float>(), reference.numel()), 0.0);
+  EXPECT_GT(row_rel_error(tight.data_as<float>(), reference.data_as<float>(), reference.numel()), 1e-3);
 }
 
 TEST(ModelForward, BadInputsAreErrors) {
