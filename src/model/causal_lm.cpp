@@ -75,9 +75,13 @@ class Model final : public CausalLM {
               "{} uses sliding-window attention (sliding_window {}), which this engine does not implement: "
               "sequences are limited to {} tokens, asked for {}",
               config_.model_type, config_.sliding_window, config_.sliding_window, max_length);
-    const int64_t kv_heads = config_.cache_kv_heads();
-    return std::make_unique<ModelKvCache>(this, config_.num_layers, num_sequences, max_length,
-                                          kv_heads * config_.qk_head_dim(), kv_heads * config_.v_dim());
+    const ModelConfig& c = config_;
+    // Floats per token and layer: GQA keys and values of every KV head; MLA the latent and the rotary key
+    // as its one key, the latent as its value (mla_attention.cpp).
+    const bool mla = c.attention == AttentionKind::mla;
+    const int64_t key_row = mla ? c.kv_lora_rank + c.qk_rope_head_dim : c.num_kv_heads * c.head_dim;
+    const int64_t value_row = mla ? c.kv_lora_rank : c.num_kv_heads * c.head_dim;
+    return std::make_unique<ModelKvCache>(this, c.num_layers, num_sequences, max_length, key_row, value_row);
   }
 
   Tensor forward(std::span<const std::vector<int32_t>> new_tokens, KvCache& kv_cache, bool last_only,

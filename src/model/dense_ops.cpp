@@ -60,6 +60,27 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return y;
 }
 
+Tensor linear_transposed(const Tensor& x, const Tensor& weight) {
+  MOE_CHECK(x.dim() == 2 && x.dtype() == DType::F32 && x.is_contiguous(), "linear_transposed expects contiguous F32 rows");
+  MOE_CHECK(weight.dim() == 2 && weight.size(0) == x.size(1) && weight.strides()[1] == 1,
+            "linear_transposed: weight {} does not take rows of width {}", weight.shape_string(), x.size(1));
+  const int64_t T = x.size(0), in = x.size(1), out = weight.size(1);
+  std::vector<double> acc(T * out, 0.0);  // [T, out]
+  std::vector<float> buffer;
+  const float* xs = x.data_as<float>();
+  for (int64_t i = 0; i < in; ++i) {
+    const float* w = row_f32(weight, i, buffer);
+    for (int64_t t = 0; t < T; ++t) {
+      const double a = xs[t * in + i];
+      double* y = acc.data() + t * out;
+      for (int64_t o = 0; o < out; ++o) y[o] += a * double{w[o]};
+    }
+  }
+  Tensor y = Tensor::empty(DType::F32, {T, out});  // [T, out]
+  std::transform(acc.begin(), acc.end(), y.data_as<float>(), [](double v) { return static_cast<float>(v); });
+  return y;
+}
+
 void rms_norm_groups(Tensor& x, const Tensor& weight, double eps, int64_t width) {
   MOE_CHECK(x.dim() == 2 && x.dtype() == DType::F32 && x.is_contiguous() && x.size(1) % width == 0,
             "rms_norm: rows of width {} do not split into groups of {}", x.size(1), width);

@@ -17,6 +17,11 @@ namespace moe::model {
 // bias [out] F32 or undefined -> [T, out] F32.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
+// y = x · W for a weight stored [in, out] (a linear layer's weight used transposed, as MLA's absorbed
+// kv_b_proj needs).  x [T, in] F32 contiguous, W [in, out] any float dtype (rows contiguous) -> [T, out] F32.
+// Runs on the calling thread (callers parallelise over heads).
+Tensor linear_transposed(const Tensor& x, const Tensor& weight);
+
 // Each row of x [T, n] (F32, in place): x * rsqrt(mean(x²) + eps) * weight, weight [n] F32, as
 // transformers' RMSNorm computes it in fp32 (normalise first, then multiply by the weight).
 void rms_norm_rows(Tensor& x, const Tensor& weight, double eps);

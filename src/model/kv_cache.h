@@ -1,9 +1,9 @@
 #pragma once
 // The KV cache of a batch of sequences: for every (layer, sequence) the key rows [length, kv_heads, dk]
 // and value rows [length, kv_heads, dv] in fp32, grown geometrically (amortised O(1) per token, no copy
-// of the whole cache per step). MLA caches the decompressed per-head keys and values (kv_b_proj already
-// applied): more memory than the latent, but decode then costs one attention and no re-expansion of
-// every cached token per step.
+// of the whole cache per step). MLA caches the compressed latent (kv_a_layernorm applied) and the rotated
+// rotary key, one "head" shared by all query heads, with kv_b_proj absorbed into the queries and the
+// output (mla_attention.cpp).
 
 #include <cstdint>
 #include <vector>

@@ -4,11 +4,18 @@
 //   RoPE on q's rope part and on k_rot (one rotary key shared by all heads)
 //   [k_nope | v] = kv_b_proj(latent) per head; key = [k_nope | k_rot], query = [q_nope | q_rot]
 //   softmax(scale · q·k) v, o_proj.
-// The cache holds the expanded per-head keys and values (see kv_cache.h for why).
+// Computed with kv_b_proj absorbed (the same sums, associated differently), so that the cache holds only
+// the latent and the rotary key per token, shared by all heads:
+//   q·k = (W_ukᵀ q_nope)·latent + q_rot·k_rot        with W_uk[h] = kv_b_proj rows of head h's k_nope
+//   out = W_uv · Σ_j p_j latent_j                     with W_uv[h] = kv_b_proj rows of head h's v
+// i.e. ordinary attention with one KV head of keys [latent | k_rot] and values [latent], per-head queries
+// [W_ukᵀ q_nope | q_rot], and W_uv applied to the result. DeepSeek-V3's cache per token and layer shrinks
+// from heads · (qk_head_dim + v_head_dim) = 40960 floats to 2 · kv_lora_rank + qk_rope_head_dim = 1088.
 #include <algorithm>
 
 #include "attention.h"
 #include "dense_ops.h"
+#include "moe/core/thread_pool.h"
 
 namespace moe::model {
 
@@ -45,7 +52,7 @@ class MlaAttention final : public Attention {
 
   Tensor forward(const Tensor& x, const BatchLayout& batch, ModelKvCache& cache, int64_t layer) override {
     const int64_t T = x.size(0), nh = c_.num_heads, nope = c_.qk_nope_head_dim, rope_dim = c_.qk_rope_head_dim;
-    const int64_t dqk = nope + rope_dim, dv = c_.v_head_dim, rank = c_.kv_lora_rank;
+    const int64_t dqk = nope + rope_dim, dv = c_.v_head_dim, rank = c_.kv_lora_rank, dk = rank + rope_dim;
     Tensor q;  // [T, nh, nope + rope]
     if (q_.defined()) {
       q = linear(x, q_);
@@ -65,23 +72,45 @@ class MlaAttention final : public Attention {
       for (int64_t h = 0; h < nh; ++h) rope_.apply(q.data_as<float>() + (t * nh + h) * dqk + nope, batch.positions[t]);
     }
     rms_norm_rows(latent, kv_a_norm_, c_.rms_norm_eps);
-    const Tensor kv = linear(latent, kv_b_);  // [T, nh, nope + dv]
     for (const BatchLayout::Span& s : batch.spans) {
-      float* keys = cache.keys(layer, s.seq, s.count);      // [count, nh, dqk]
-      float* values = cache.values(layer, s.seq, s.count);  // [count, nh, dv]
+      float* keys = cache.keys(layer, s.seq, s.count);      // [count, rank + rope]
+      float* values = cache.values(layer, s.seq, s.count);  // [count, rank]
       for (int64_t i = 0; i < s.count; ++i) {
         const int64_t t = s.row + i;
-        for (int64_t h = 0; h < nh; ++h) {
-          const float* kv_row = kv.data_as<float>() + (t * nh + h) * (nope + dv);
-          float* key = keys + (i * nh + h) * dqk;
-          std::copy_n(kv_row, nope, key);
-          std::copy_n(k_rot.data() + t * rope_dim, rope_dim, key + nope);
-          std::copy_n(kv_row + nope, dv, values + (i * nh + h) * dv);
-        }
+        std::copy_n(latent.data_as<float>() + t * rank, rank, keys + i * dk);
+        std::copy_n(k_rot.data() + t * rope_dim, rope_dim, keys + i * dk + rank);
+        std::copy_n(latent.data_as<float>() + t * rank, rank, values + i * rank);
       }
     }
+    // Queries in the latent space: [W_uk[h]ᵀ q_nope[h] | q_rot[h]] per head.
+    Tensor q_latent = Tensor::empty(DType::F32, {T, nh * dk});  // [T, nh, rank + rope]
+    ThreadPool::global().parallel_for(nh, 1, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        Tensor q_nope = Tensor::empty(DType::F32, {T, nope});  // [T, nope]
+        for (int64_t t = 0; t < T; ++t)
+          std::copy_n(q.data_as<float>() + (t * nh + h) * dqk, nope, q_nope.data_as<float>() + t * nope);
+        const Tensor ql = linear_transposed(q_nope, kv_b_.narrow(0, h * (nope + dv), nope));  // [T, rank]
+        for (int64_t t = 0; t < T; ++t) {
+          float* dst = q_latent.data_as<float>() + (t * nh + h) * dk;
+          std::copy_n(ql.data_as<float>() + t * rank, rank, dst);
+          std::copy_n(q.data_as<float>() + (t * nh + h) * dqk + nope, rope_dim, dst + rank);
+        }
+      }
+    });
+    Tensor context = Tensor::empty(DType::F32, {T, nh * rank});  // [T, nh, rank]
+    attend(q_latent, batch, cache, layer, nh, 1, dk, rank, c_.softmax_scale, context);
+    // Back from the latent space: out[h] = W_uv[h] · context[h].
     Tensor out = Tensor::empty(DType::F32, {T, nh * dv});  // [T, nh * dv]
-    attend(q, batch, cache, layer, nh, nh, dqk, dv, c_.softmax_scale, out);
+    ThreadPool::global().parallel_for(nh, 1, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        Tensor ctx = Tensor::empty(DType::F32, {T, rank});  // [T, rank]
+        for (int64_t t = 0; t < T; ++t)
+          std::copy_n(context.data_as<float>() + (t * nh + h) * rank, rank, ctx.data_as<float>() + t * rank);
+        const Tensor v = linear(ctx, kv_b_.narrow(0, h * (nope + dv) + nope, dv));  // [T, dv]
+        for (int64_t t = 0; t < T; ++t)
+          std::copy_n(v.data_as<float>() + t * dv, dv, out.data_as<float>() + (t * nh + h) * dv);
+      }
+    });
     return linear(out, o_, o_bias_);  // [T, H]
   }
 

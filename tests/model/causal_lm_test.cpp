@@ -111,6 +111,25 @@ TEST_P(ModelFixture, GreedyContinuationMatchesTransformers) {
               static_cast<long long>(tokens), ms);
 }
 
+// A long sequence (past several doublings of the cache) fed token by token gives the logits of one prefill.
+TEST_P(ModelFixture, DecodingTokenByTokenEqualsOnePrefill) {
+  std::vector<int32_t> tokens;
+  while (tokens.size() < 100)
+    for (const FixtureCase& c : fixture_.cases) tokens.insert(tokens.end(), c.ids.begin(), c.ids.end());
+  tokens.resize(100);
+  const int64_t n = static_cast<int64_t>(tokens.size()), V = lm_->info().vocab_size;
+  const Prefill all = prefill(*lm_, tokens);
+  auto cache = lm_->new_cache(1, n);
+  const std::vector<std::vector<int32_t>> first = {{tokens.begin(), tokens.begin() + 5}};
+  lm_->forward(first, *cache, true);
+  for (int64_t i = 5; i < n; ++i) {
+    const std::vector<std::vector<int32_t>> step = {{tokens[i]}};
+    const Tensor logits = lm_->forward(step, *cache, true);  // [1, V]
+    ASSERT_LE(row_rel_error(logits.data_as<float>(), all.logits.data_as<float>() + i * V, V), 1e-5) << "position " << i;
+  }
+  EXPECT_EQ(cache->length(0), n);
+}
+
 TEST_P(ModelFixture, OneBatchOfAllPromptsMatchesEachAlone) {
   const int64_t S = static_cast<int64_t>(fixture_.cases.size()), V = lm_->info().vocab_size;
   std::vector<std::vector<int32_t>> batch;

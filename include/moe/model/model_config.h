@@ -84,10 +84,8 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;  // generation_config.json's eos_token_id, else config.json's
   int32_t bos_token_id = -1;           // -1 when none
 
-  // Per-token sizes of the key and value rows one layer's cache holds.
-  int64_t qk_head_dim() const { return attention == AttentionKind::mla ? qk_nope_head_dim + qk_rope_head_dim : head_dim; }
-  int64_t v_dim() const { return attention == AttentionKind::mla ? v_head_dim : head_dim; }
-  int64_t cache_kv_heads() const { return attention == AttentionKind::mla ? num_heads : num_kv_heads; }
+  // MLA: the per-head query/key width.
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
 // Parses config.json's object (and generation_config.json's, may be null). Throws moe::Error naming the
