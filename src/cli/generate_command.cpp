@@ -10,13 +10,12 @@
 #include <optional>
 
 #include "commands.h"
+#include "generate_ep.h"
 #include "generate_report.h"
 #include "id_list.h"
 #include "moe/core/check.h"
 #include "moe/core/checkpoint.h"
-#include "moe/dist/communicator.h"
-#include "moe/dist/placement.h"
-#include "moe/dist/replicated_ep.h"
+#include "moe/dist/transfer.h"
 #include "moe/model/causal_lm.h"
 #include "moe/model/generation.h"
 #include "moe/model/tokenizer.h"
@@ -40,7 +39,7 @@ struct GenerateArgs {
   std::string json, trace, stats;
   bool print_ids = false;
   bool ep = false;
-  std::string placement, ep_transfer = "f32";
+  std::string placement, ep_transfer;  // ep_transfer empty: f32 on the CPU, bf16 on GPUs
   // Which of the sampling options the command line gave.
   bool has_temperature = false, has_sampling_option = false;
 };
@@ -149,16 +148,18 @@ void run_generate(const GenerateArgs& a) {
   for (const std::string& ids : a.prompt_ids) prompts.push_back(parse_id_list(ids, "--prompt-ids"));
 
   // Expert parallelism: every rank runs the whole model on the same prompts (attention replicated), the MoE
-  // blocks exchange tokens between ranks; the ranks compute identical logits and so pick identical tokens.
-  // Rank 0 alone prints and writes files.
-  std::unique_ptr<dist::Communicator> comm;  // outlives the model, whose MoE blocks hold it
-  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer == "f32"), "--placement and --ep-transfer need --ep");
+  // blocks exchange tokens between ranks and end with the same output bytes on every rank (generate_ep.h);
+  // the ranks compute identical logits and so pick identical tokens. Rank 0 alone prints and writes files.
+  std::unique_ptr<GenerateEp> ep;  // outlives the model, whose MoE blocks hold its communicators
+  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty()), "--placement and --ep-transfer need --ep");
+  const std::string ep_transfer = !a.ep_transfer.empty() ? a.ep_transfer : a.backend == "cuda" ? "bf16" : "f32";
   if (a.ep) {
-    MOE_CHECK(a.backend == "cpu" && a.cpu_experts != "fast",
-              "--ep runs the MoE blocks on the CPU reference experts: drop --backend cuda and --cpu-experts fast");
-    comm = dist::make_mpi_communicator();
+    MOE_CHECK(a.backend == "cuda" || a.cpu_experts != "fast",
+              "--ep runs the MoE blocks on the CPU reference experts (or with --backend cuda on one GPU per rank): "
+              "drop --cpu-experts fast");
+    ep = std::make_unique<GenerateEp>(a.backend, a.placement, dist::parse_transfer(ep_transfer), a.max_batched_tokens);
   }
-  const bool root = !comm || comm->rank() == 0;
+  const bool root = !ep || ep->rank() == 0;
 
   ProgressLine progress(root);
   model::ModelOptions options;
@@ -168,15 +169,9 @@ void run_generate(const GenerateArgs& a) {
                                                   : CpuExperts::reference;
   options.max_batched_tokens = a.max_batched_tokens;
   options.progress = [&](const std::string& what) { progress.show("loading " + a.model_dir + ": " + what); };
-  if (comm) {
-    options.cpu_experts = CpuExperts::reference;
-    const dist::Transfer transfer = dist::parse_transfer(a.ep_transfer);
-    options.moe_block = [&comm, &a, transfer](int64_t, const MoeConfig& config, MoeWeights weights) {
-      auto block = std::make_shared<dist::ReplicatedEpMoeLayer>(
-          *comm, config, std::move(weights),
-          dist::resolve_placement(a.placement, config.router.n_experts, comm->size()), transfer);
-      return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
-    };
+  if (ep) {
+    if (a.backend == "cpu") options.cpu_experts = CpuExperts::reference;
+    ep->install(options);
   }
   const std::unique_ptr<model::CausalLM> lm = model::CausalLM::load(dir, options);
   progress.clear();
@@ -193,6 +188,7 @@ void run_generate(const GenerateArgs& a) {
   const model::GenerationResult result = model::generate(*lm, prompts, generation);
   progress.clear();
   if (trace) trace->close();
+  const std::vector<EpLayerStats> ep_stats = ep ? ep->gather_stats() : std::vector<EpLayerStats>{};  // collective
 
   if (!root) return;
   std::vector<std::string> texts;
@@ -202,7 +198,7 @@ void run_generate(const GenerateArgs& a) {
   fmt::print("{}: {} layers ({} MoE), {} experts, top-{}; {} backend, {} CPU experts{}\n", info.model_type,
              info.num_layers, info.moe_layers.size(), info.num_experts, info.top_k, a.backend,
              options.cpu_experts == CpuExperts::fast ? "fast" : "reference",
-             comm ? fmt::format(", expert-parallel over {} ranks ({} transfer)", comm->size(), a.ep_transfer) : "");
+             ep ? fmt::format(", expert-parallel over {} ranks ({} transfer)", ep->size(), ep_transfer) : "");
   for (size_t s = 0; s < prompts.size(); ++s) {
     if (prompts.size() > 1) fmt::print("\n[sequence {}]\n", s);
     if (tokenizer) {
@@ -222,9 +218,18 @@ void run_generate(const GenerateArgs& a) {
              result.decode_tokens_per_s());
   fmt::print("expert load per MoE layer (prompt and generated tokens; imbalance = busiest expert / mean):\n");
   for (const std::string& line : load_summary(info, result)) fmt::print("  {}\n", line);
+  if (ep) {
+    fmt::print("expert-parallel work per rank (all MoE layers; (token, expert) pairs its experts ran, dispatch and "
+               "combine bytes):\n");
+    for (const std::string& line : ep->summary(ep_stats)) fmt::print("  {}\n", line);
+  }
 
   if (!a.json.empty()) write_json_file(a.json, result_json(prompts, result, texts), "--json", -1);
-  if (!a.stats.empty()) write_json_file(a.stats, stats_json(info, result), "--stats", 2);
+  if (!a.stats.empty()) {
+    nlohmann::ordered_json stats = stats_json(info, result);
+    if (ep) stats["ep"] = ep->stats_json(ep_stats);
+    write_json_file(a.stats, stats, "--stats", 2);
+  }
 }
 
 }  // namespace
@@ -263,10 +268,12 @@ Run add_generate_command(CLI::App& app) {
   cmd->add_flag("--print-ids", args->print_ids, "also print the prompt and generated token ids");
   cmd->add_flag("--ep", args->ep,
                 "expert parallelism under mpirun: every rank runs attention on all tokens, the MoE blocks split "
-                "the experts over the ranks (CPU reference experts); rank 0 prints and writes the outputs");
+                "the experts over the ranks (CPU reference experts; with --backend cuda one GPU per rank over "
+                "NCCL); rank 0 prints and writes the outputs, --stats adds each rank's work and bytes");
   cmd->add_option("--placement", args->placement,
                   "--ep: placement JSON (which experts each rank holds); default contiguous");
-  cmd->add_option("--ep-transfer", args->ep_transfer, "--ep: dispatch wire format f32 (exact), bf16 or fp8")
+  cmd->add_option("--ep-transfer", args->ep_transfer,
+                  "--ep: dispatch wire format f32 (exact; the CPU default), bf16 (the GPU default) or fp8")
       ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
   return [args, temperature, top_p, top_k, seed] {
     args->has_temperature = temperature->count() > 0;

@@ -27,7 +27,8 @@ void write_ep_outputs(const dist::EpOutput& out, const dist::Placement& placemen
                         {"copies_sent", s.copies_sent},
                         {"copies_received", s.copies_received},
                         {"pairs_served", s.pairs_served},
-                        {"bytes_sent", s.bytes_sent}});
+                        {"bytes_sent", s.bytes_sent},
+                        {"bytes_received", s.bytes_received}});
   }
   j["ep"] = {{"ranks", n_ranks},
              {"transfer", dist::transfer_name(transfer)},

@@ -164,7 +164,8 @@ void CudaEpExchange::dispatch(const bf16* x, const int32_t* topk_ids, const floa
   s.dispatch_bytes = off_rank * (s.row_bytes + pair_bytes);
   s.combine_bytes = 0;
   s.stats = {.tokens = T, .copies_sent = s.n_sent, .copies_received = s.n_received, .pairs_served = 0,
-             .bytes_sent = s.dispatch_bytes};
+             .bytes_sent = s.dispatch_bytes,
+             .bytes_received = (s.n_received - s.recv_counts()[s.me]) * (s.row_bytes + pair_bytes)};
 }
 
 int64_t CudaEpExchange::n_received() const { return state_->n_received; }
@@ -186,6 +187,7 @@ void CudaEpExchange::combine(const bf16* partial, const bf16* shared, const floa
                       out, stream);
   s.combine_bytes = (s.n_received - s.recv_counts()[s.me]) * unit;
   s.stats.bytes_sent = s.dispatch_bytes + s.combine_bytes;
+  s.stats.bytes_received += (s.n_sent - s.send_counts()[s.me]) * unit;
 }
 
 const ExchangeStats& CudaEpExchange::stats() const { return state_->stats; }

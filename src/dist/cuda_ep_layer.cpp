@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "ep_kernels.h"
 #include "moe/core/check.h"
@@ -17,20 +18,30 @@ using cuda::DeviceBuffer;
 
 namespace {
 
-void upload_bf16(DeviceBuffer<bf16>& dst, size_t offset, const Tensor& weight) {
-  const Tensor host = weight.to(DType::BF16);
-  dst.upload(reinterpret_cast<const bf16*>(host.data()), static_cast<size_t>(host.numel()), offset);
-}
+// The grouped GEMMs' tile width: intermediate sizes are padded up to a multiple of it (as in CudaMoeLayer).
+constexpr int64_t kIntermediateAlign = 64;
 
-// [n, 2I, H] (gate rows, then up rows) and [n, H, I]: the grouped GEMMs' layout.
+int64_t padded_intermediate(int64_t I) { return (I + kIntermediateAlign - 1) / kIntermediateAlign * kIntermediateAlign; }
+
+// [n, 2I, H] (gate rows, then up rows) and [n, H, I]: the grouped GEMMs' layout, for MLPs whose true
+// intermediate size (their gate rows) may be below the padded I: the extra gate/up rows and down columns
+// are zero, which is exact (silu(0) * 0 = 0, and the zero columns of down multiply those zeros).
 void upload_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64_t I, DeviceBuffer<bf16>& w13,
                  DeviceBuffer<bf16>& w2) {
   w13 = DeviceBuffer<bf16>(mlps.size() * 2 * I * H);
   w2 = DeviceBuffer<bf16>(mlps.size() * H * I);
+  std::vector<uint16_t> gate_up(2 * I * H), down(H * I);  // one MLP, padded, bf16 bits
   for (size_t e = 0; e < mlps.size(); ++e) {
-    upload_bf16(w13, e * 2 * I * H, mlps[e]->gate);
-    upload_bf16(w13, e * 2 * I * H + I * H, mlps[e]->up);
-    upload_bf16(w2, e * H * I, mlps[e]->down);
+    const int64_t rows = mlps[e]->gate.size(0);
+    const Tensor gate = mlps[e]->gate.to(DType::BF16), up = mlps[e]->up.to(DType::BF16);
+    const Tensor w_down = mlps[e]->down.to(DType::BF16);  // [H, rows]
+    std::fill(gate_up.begin(), gate_up.end(), uint16_t{0});
+    std::fill(down.begin(), down.end(), uint16_t{0});
+    std::copy_n(gate.data_as<uint16_t>(), rows * H, gate_up.begin());
+    std::copy_n(up.data_as<uint16_t>(), rows * H, gate_up.begin() + I * H);
+    for (int64_t h = 0; h < H; ++h) std::copy_n(w_down.data_as<uint16_t>() + h * rows, rows, down.begin() + h * I);
+    w13.upload(reinterpret_cast<const bf16*>(gate_up.data()), gate_up.size(), e * 2 * I * H);
+    w2.upload(reinterpret_cast<const bf16*>(down.data()), down.size(), e * H * I);
   }
 }
 
@@ -73,15 +84,14 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
   routing::validate(config.router);
   s.config = config;
   s.H = config.hidden_size;
-  s.I = config.expert_intermediate_size;
-  s.S = config.shared == SharedExpertKind::none ? 0 : config.shared_intermediate_size;
+  // NOTE: s.I and s.S are the padded sizes the kernels run with (see upload_mlps).
+  s.I = padded_intermediate(config.expert_intermediate_size);
+  s.S = config.shared == SharedExpertKind::none ? 0 : padded_intermediate(config.shared_intermediate_size);
   s.E = config.router.n_experts;
   s.k = config.router.top_k;
   s.max_tokens = std::max<int64_t>(max_tokens, 1);
-  MOE_CHECK(s.H % 64 == 0 && s.I % 64 == 0 && s.S % 64 == 0,
-            "the CUDA backend needs hidden_size ({}) and expert intermediate sizes ({}, shared {}) that are "
-            "multiples of 64: use --backend cpu for this model",
-            s.H, s.I, s.S);
+  MOE_CHECK(s.H % 64 == 0, "expert parallelism on GPUs needs a hidden_size that is a multiple of 64, got {}: use "
+            "--backend cpu for this model", s.H);
   MOE_CHECK(placement.n_experts == s.E, "placement for {} experts, the model has {}", placement.n_experts, s.E);
   MOE_CHECK(placement.n_ranks == comm.size(), "placement for {} ranks, but {} are running (mpirun -np {})",
             placement.n_ranks, comm.size(), placement.n_ranks);

@@ -166,7 +166,8 @@ ExpertBatch EpExchange::dispatch(const Tensor& x, const TopK& topk, bool copy_ro
             .copies_sent = n_send,
             .copies_received = n_recv,
             .pairs_served = n_pairs,
-            .bytes_sent = (n_send - send_copies_[me]) * (row_bytes + meta_bytes)};
+            .bytes_sent = (n_send - send_copies_[me]) * (row_bytes + meta_bytes),
+            .bytes_received = (n_recv - recv_copies_[me]) * (row_bytes + meta_bytes)};
   return batch;
 }
 
@@ -181,6 +182,7 @@ Tensor EpExchange::combine(const Tensor& partial) {
   comm_.alltoallv(partial.data(), scaled(recv_copies_, row_bytes), displacements(recv_copies_, row_bytes), back.data(),
                   scaled(send_copies_, row_bytes), displacements(send_copies_, row_bytes));
   stats_.bytes_sent += (n_recv - recv_copies_[comm_.rank()]) * row_bytes;
+  stats_.bytes_received += (n_send - send_copies_[comm_.rank()]) * row_bytes;
 
   // Copies are grouped by rank in ascending order, so adding them in copy order sums each token's partials
   // in rank order; fp64 sums, one rounding.

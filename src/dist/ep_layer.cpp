@@ -46,18 +46,18 @@ Tensor gather_rows(Communicator& comm, const Tensor& local, int64_t n_tokens, DT
 
 std::vector<ExchangeStats> gather_stats(Communicator& comm, const ExchangeStats& mine) {
   // Each rank fills its own row of a sum.
-  constexpr int kFields = 5;
+  constexpr int kFields = 6;
   const int R = comm.size();
   std::vector<int64_t> table(R * kFields, 0);  // [R, kFields]
   const int64_t row[kFields] = {mine.tokens, mine.copies_sent, mine.copies_received, mine.pairs_served,
-                                mine.bytes_sent};
+                                mine.bytes_sent, mine.bytes_received};
   std::memcpy(table.data() + comm.rank() * kFields, row, sizeof(row));
   comm.allreduce_sum(table);
   std::vector<ExchangeStats> all;
   for (int r = 0; r < R; ++r) {
     const int64_t* v = table.data() + r * kFields;
-    all.push_back(
-        {.tokens = v[0], .copies_sent = v[1], .copies_received = v[2], .pairs_served = v[3], .bytes_sent = v[4]});
+    all.push_back({.tokens = v[0], .copies_sent = v[1], .copies_received = v[2], .pairs_served = v[3],
+                   .bytes_sent = v[4], .bytes_received = v[5]});
   }
   return all;
 }

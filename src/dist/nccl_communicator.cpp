@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -29,14 +30,20 @@ class NcclCommunicator final : public DeviceCommunicator {
   explicit NcclCommunicator(Communicator& host) : host_(host) {
     int n_gpus = 0;
     if (cudaGetDeviceCount(&n_gpus) != cudaSuccess) n_gpus = 0;
+    const int local = launcher_local_rank();
+    device_ = local >= 0 ? local : host.rank() % std::max(n_gpus, 1);
+    // NOTE: the ranks agree first whether every one of them has its GPU: a rank that threw alone would leave
+    // the others waiting for it in the collectives below.
+    int64_t unfit[1] = {n_gpus >= 1 && device_ < n_gpus ? 0 : 1};
+    host.allreduce_sum(unfit);
     MOE_CHECK(n_gpus >= 1, "rank {}: no GPU is visible, and expert parallelism on GPUs needs one per rank (use "
               "--backend cpu)", host.rank());
-    const int local = launcher_local_rank();
-    device_ = local >= 0 ? local : host.rank() % n_gpus;
     MOE_CHECK(device_ < n_gpus,
               "rank {} is local rank {} of its host, which has {} GPU(s): run one process per GPU (mpirun -np {} "
               "on one host)",
               host.rank(), local, n_gpus, n_gpus);
+    MOE_CHECK(unfit[0] == 0, "rank {}: {} of the {} ranks have no GPU of their own (see their errors): run one "
+              "process per GPU", host.rank(), unfit[0], host.size());
     MOE_CUDA_CHECK(cudaSetDevice(device_));
 
     // NOTE: a broadcast as a sum: rank 0 contributes the id, the others zeros, so the sum is rank 0's bytes.

@@ -25,7 +25,9 @@ ReplicatedEpMoeLayer::ReplicatedEpMoeLayer(Communicator& comm, MoeConfig config,
 LayerOutput ReplicatedEpMoeLayer::forward(const Tensor& x) {
   MOE_CHECK(x.dim() == 2, "the MoE block's input must be [T, H], got {}", x.shape_string());
   const int64_t T = x.size(0), H = x.size(1);
-  LayerOutput out = layer_.forward(x).layer;
+  EpOutput ep = layer_.forward(x);
+  totals_ += ep.ranks[comm_.rank()];
+  LayerOutput out = std::move(ep.layer);
   if (comm_.rank() != 0) {
     out.hidden_states = Tensor::empty(DType::F32, {T, H});
     out.topk.ids = Tensor::empty(DType::I32, {T, top_k_});
@@ -36,5 +38,7 @@ LayerOutput ReplicatedEpMoeLayer::forward(const Tensor& x) {
   broadcast_from_rank0(comm_, out.topk.weights.data(), out.topk.weights.nbytes());
   return out;
 }
+
+std::vector<ExchangeStats> ReplicatedEpMoeLayer::gather_totals() { return gather_stats(comm_, totals_); }
 
 }  // namespace moe::dist

@@ -23,6 +23,18 @@ struct ExchangeStats {
   int64_t copies_received = 0; // token copies this rank's experts ran on
   int64_t pairs_served = 0;    // (token, expert) pairs run by this rank's experts
   int64_t bytes_sent = 0;      // dispatch (rows + pairs) and combine bytes sent to other ranks
+  int64_t bytes_received = 0;  // dispatch and combine bytes received from other ranks
+
+  // Totals over several forwards (moe generate --ep --stats).
+  ExchangeStats& operator+=(const ExchangeStats& o) {
+    tokens += o.tokens;
+    copies_sent += o.copies_sent;
+    copies_received += o.copies_received;
+    pairs_served += o.pairs_served;
+    bytes_sent += o.bytes_sent;
+    bytes_received += o.bytes_received;
+    return *this;
+  }
 };
 
 class EpExchange {

@@ -19,11 +19,14 @@ class ReplicatedEpMoeLayer {
   // x [T, H] F32, the same on every rank -> on every rank: hidden_states [T, H] F32, topk ids [T, k] I32 and
   // weights [T, k] F32; stats on rank 0 only. Collective.
   LayerOutput forward(const Tensor& x);
+  // [R] every rank's exchange statistics summed over the forwards so far, on every rank. Collective.
+  std::vector<ExchangeStats> gather_totals();
 
  private:
   Communicator& comm_;
   int top_k_;
   EpMoeLayer layer_;
+  ExchangeStats totals_;  // this rank's, over the forwards so far
 };
 
 }  // namespace moe::dist

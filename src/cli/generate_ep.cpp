@@ -1,0 +1,134 @@
+#include "generate_ep.h"
+
+#include <fmt/core.h>
+
+#include "moe/core/check.h"
+#include "moe/dist/cuda_replicated_ep.h"
+#include "moe/dist/placement.h"
+#include "moe/dist/replicated_ep.h"
+
+namespace moe::cli {
+
+namespace {
+
+// "0-7" for a run of consecutive ids, else "0,3,5".
+std::string id_runs(const std::vector<int32_t>& ids) {
+  std::string text;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (!text.empty()) text += ",";
+    text += j > i + 1 ? fmt::format("{}-{}", ids[i], ids[j])
+                      : j == i + 1 ? fmt::format("{},{}", ids[i], ids[j]) : fmt::format("{}", ids[i]);
+    i = j + 1;
+  }
+  return text;
+}
+
+std::string bytes_text(int64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < (int64_t{1} << 20)) return fmt::format("{:.1f} KiB", double(bytes) / 1024);
+  if (bytes < (int64_t{1} << 30)) return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20));
+  return fmt::format("{:.2f} GiB", double(bytes) / (1 << 30));
+}
+
+nlohmann::ordered_json rank_json(int rank, const dist::ExchangeStats& s) {
+  return {{"rank", rank},
+          {"tokens", s.tokens},
+          {"copies_sent", s.copies_sent},
+          {"copies_received", s.copies_received},
+          {"pairs_served", s.pairs_served},
+          {"bytes_sent", s.bytes_sent},
+          {"bytes_received", s.bytes_received}};
+}
+
+// Every rank's totals over all the layers.
+std::vector<dist::ExchangeStats> over_layers(const std::vector<EpLayerStats>& stats, int n_ranks) {
+  std::vector<dist::ExchangeStats> totals(n_ranks);
+  for (const EpLayerStats& layer : stats)
+    for (int r = 0; r < n_ranks; ++r) totals[r] += layer.ranks[r];
+  return totals;
+}
+
+}  // namespace
+
+GenerateEp::GenerateEp(const std::string& backend, std::string placement_file, dist::Transfer transfer,
+                       int64_t max_batched_tokens)
+    : backend_(backend),
+      placement_file_(std::move(placement_file)),
+      transfer_(transfer),
+      max_batched_tokens_(max_batched_tokens) {
+  if (backend_ == "cuda") {
+#if MOE_WITH_CUDA
+    MOE_CHECK(transfer_ != dist::Transfer::f32, "--ep --backend cuda sends bf16 rows (the GPU layer's input is bf16): "
+              "use --ep-transfer bf16 or fp8");
+#else
+    MOE_FAIL("--ep --backend cuda: this build has no CUDA backend (no nvcc at configure time); use --backend cpu");
+#endif
+  }
+  host_ = dist::make_mpi_communicator();
+  if (backend_ == "cuda") device_ = dist::make_nccl_communicator(*host_);
+}
+
+GenerateEp::~GenerateEp() = default;
+
+void GenerateEp::install(model::ModelOptions& options) {
+  options.moe_block = [this](int64_t layer, const MoeConfig& config, MoeWeights weights) {
+    dist::Placement placement = dist::resolve_placement(placement_file_, config.router.n_experts, size());
+    if (!placement_) placement_ = placement;
+    if (device_) {
+#if MOE_WITH_CUDA
+      auto block = std::make_shared<dist::CudaReplicatedEpMoeLayer>(*device_, config, weights, std::move(placement),
+                                                                    transfer_, max_batched_tokens_);
+      blocks_.push_back({layer, [block] { return block->gather_totals(); }});
+      return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
+#endif
+    }
+    auto block = std::make_shared<dist::ReplicatedEpMoeLayer>(*host_, config, std::move(weights),
+                                                              std::move(placement), transfer_);
+    blocks_.push_back({layer, [block] { return block->gather_totals(); }});
+    return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
+  };
+}
+
+std::vector<EpLayerStats> GenerateEp::gather_stats() {
+  std::vector<EpLayerStats> stats;
+  for (const Block& block : blocks_) stats.push_back({block.layer, block.gather_totals()});
+  return stats;
+}
+
+nlohmann::ordered_json GenerateEp::stats_json(const std::vector<EpLayerStats>& stats) const {
+  nlohmann::ordered_json j;
+  j["ranks"] = size();
+  j["backend"] = backend_;
+  j["transfer"] = dist::transfer_name(transfer_);
+  j["experts"] = placement_ ? nlohmann::ordered_json(placement_->rank_experts) : nlohmann::ordered_json::array();
+  j["layers"] = nlohmann::ordered_json::object();
+  for (const EpLayerStats& layer : stats) {
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (int r = 0; r < size(); ++r) ranks.push_back(rank_json(r, layer.ranks[r]));
+    j["layers"][std::to_string(layer.layer)] = ranks;
+  }
+  nlohmann::ordered_json totals = nlohmann::ordered_json::array();
+  const std::vector<dist::ExchangeStats> all = over_layers(stats, size());
+  for (int r = 0; r < size(); ++r) totals.push_back(rank_json(r, all[r]));
+  j["per_rank"] = totals;
+  return j;
+}
+
+std::vector<std::string> GenerateEp::summary(const std::vector<EpLayerStats>& stats) const {
+  const std::vector<dist::ExchangeStats> all = over_layers(stats, size());
+  int64_t pairs = 0;
+  for (const dist::ExchangeStats& s : all) pairs += s.pairs_served;
+  std::vector<std::string> lines;
+  for (int r = 0; r < size(); ++r) {
+    const dist::ExchangeStats& s = all[r];
+    lines.push_back(fmt::format("rank {} (experts {}): {} pairs ({:.1f}%), sent {}, received {}", r,
+                                placement_ ? id_runs(placement_->rank_experts[r]) : "none", s.pairs_served,
+                                pairs > 0 ? 100.0 * double(s.pairs_served) / double(pairs) : 0.0,
+                                bytes_text(s.bytes_sent), bytes_text(s.bytes_received)));
+  }
+  return lines;
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,70 @@
+#pragma once
+// `moe generate --ep`: the ranks, the expert-parallel MoE blocks that the model runner takes through
+// ModelOptions::moe_block, and every block's per-rank statistics (--stats, and the summary printed).
+//   --backend cpu   EpMoeLayer on the CPU reference experts over MPI, rank 0's block output broadcast to
+//                   the others (dist::ReplicatedEpMoeLayer)
+//   --backend cuda  one GPU per rank, token rows over NCCL, every rank's slice of the output all-gathered
+//                   on the device (dist::CudaReplicatedEpMoeLayer)
+// Either way a block's output is the same bytes on every rank, so the ranks pick the same tokens.
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moe/dist/communicator.h"
+#include "moe/dist/device_communicator.h"
+#include "moe/dist/dispatch_combine.h"
+#include "moe/model/causal_lm.h"
+
+namespace moe::cli {
+
+// One MoE block's exchange statistics per rank, summed over the run's forwards.
+struct EpLayerStats {
+  int64_t layer = 0;                       // decoder layer index
+  std::vector<dist::ExchangeStats> ranks;  // [R]
+};
+
+class GenerateEp {
+ public:
+  // Starts MPI (and NCCL for backend "cuda"). Collective. Throws moe::Error where the backend cannot run:
+  // a build without MPI, CUDA or NCCL, a rank without a GPU of its own.
+  GenerateEp(const std::string& backend, std::string placement_file, dist::Transfer transfer,
+             int64_t max_batched_tokens);
+  ~GenerateEp();
+  GenerateEp(const GenerateEp&) = delete;
+  GenerateEp& operator=(const GenerateEp&) = delete;
+
+  int rank() const { return host_->rank(); }
+  int size() const { return host_->size(); }
+  // Sets options.moe_block; the blocks it makes hold references to this object's communicators, so the
+  // model must be destroyed first.
+  void install(model::ModelOptions& options);
+
+  // Every block's per-rank totals, in layer order, on every rank. Collective.
+  std::vector<EpLayerStats> gather_stats();
+  // {"ranks", "backend", "transfer", "experts": [per rank], "layers": {"N": [per rank {"rank", "tokens",
+  // "copies_sent", "copies_received", "pairs_served", "bytes_sent", "bytes_received"}]}, "per_rank": totals
+  // over the layers}.
+  nlohmann::ordered_json stats_json(const std::vector<EpLayerStats>& stats) const;
+  // "rank 0 (experts 0-7): 412 pairs (51.5%), sent 98.0 KiB, received 91.3 KiB" per rank, over every layer.
+  std::vector<std::string> summary(const std::vector<EpLayerStats>& stats) const;
+
+ private:
+  struct Block {
+    int64_t layer;
+    std::function<std::vector<dist::ExchangeStats>()> gather_totals;
+  };
+  std::string backend_, placement_file_;
+  dist::Transfer transfer_;
+  int64_t max_batched_tokens_;
+  // NOTE: declared in teardown order reversed: the blocks go first, then NCCL, then MPI.
+  std::unique_ptr<dist::Communicator> host_;
+  std::unique_ptr<dist::DeviceCommunicator> device_;
+  std::optional<dist::Placement> placement_;  // the first block's (every MoE block has the same experts)
+  std::vector<Block> blocks_;
+};
+
+}  // namespace moe::cli
