@@ -8,9 +8,13 @@
 //     stage, keeps one k-block of wgmmas in flight, and frees a stage (its "empty" mbarrier) once the
 //     wgmmas that read it have retired. Then the epilogue: SwiGLU in registers (gate and up columns sit
 //     in the same thread) and bf16 stores, masked to the tile's segment and to N.
-// Work units are (row tile of the device tile map, column tile), rastered so that 8 row tiles walk every
-// column tile together (the rows stay in L2 and the row tiles of one expert share its weight tiles). The
-// number of row tiles is read on the device, so nothing here synchronises with the host.
+// Work units are (row tile of the device tile map, column tile), rastered so that a group of row tiles
+// (8 by default) walks every column tile together: the rows stay in L2, and the row tiles of one expert
+// read its weight tiles at about the same time, so that most weight bytes come from memory once. The
+// producer decodes each unit and hands it to the consumers in the stage's slot. With half tiles on, a tile
+// whose valid rows all fall in the first 64 leaves the second consumer idle for that unit (see
+// wgmma_schedule_for for when that pays). The number of row tiles is read on the device, so nothing here
+// synchronises with the host.
 // Written from the PTX ISA (wgmma, cp.async.bulk.tensor, mbarrier); no code from other projects.
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched through the runtime)
 #include <cudaTypedefs.h>
@@ -39,12 +43,13 @@ constexpr int kBN = 256;           // weight rows per tile (SwiGLU: 128 gate + 1
 constexpr int kBK = 64;            // K per stage: 128 bytes of bf16, one 128-byte swizzle atom
 constexpr int kStages = 4;         // 4 x 48 KB of the 227 KB of shared memory
 constexpr int kThreads = 384;      // producer warpgroup + 2 consumer warpgroups
-constexpr int kRasterRows = 8;     // row tiles that walk the column tiles together
 constexpr int kATileBytes = kBM * kBK * 2;  // 16 KB
 constexpr int kBBoxRows = 128;              // TMA boxes are at most 256 rows; two boxes per B tile
 constexpr int kBTileBytes = kBN * kBK * 2;  // 32 KB
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
-constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + 1024 /* alignment */ + 256 /* barriers */;
+// After the stages: full and empty barriers (8 bytes each), then one 16-byte unit slot per stage.
+constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + 1024 /* alignment */ + 256 /* barriers, slots */;
+static_assert(kStages * (8 + 8 + 16) <= 256, "barriers and unit slots overflow their shared memory");
 
 struct WgmmaParams {
   const int32_t* segment_offsets;
@@ -58,6 +63,14 @@ struct WgmmaParams {
   int32_t k_blocks;   // ceil(K / 64); the tensor maps zero-fill past K
   int32_t n_col_tiles;
   int32_t max_tiles;
+  int32_t raster_rows;  // WgmmaSchedule::raster_rows
+  bool half_tiles;      // WgmmaSchedule::half_tiles
+};
+
+// A work unit as the producer hands it to the consumers: rows [row0, row0 + rows) of A (rows <= 128, all
+// in one segment) times column tile col.
+struct Unit {
+  int32_t row0, rows, col, expert;
 };
 
 #ifdef MOE_WGMMA_DEVICE
@@ -148,14 +161,34 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-// Work unit w -> (row tile, column tile): groups of kRasterRows row tiles, column tile slowest inside a
-// group, so that the blocks running at one time share a few row tiles and the weight tiles of few experts.
-__device__ __forceinline__ void decode_work(int64_t w, int n_tiles, int n_col_tiles, int& tile, int& col) {
-  const int64_t span = int64_t{kRasterRows} * n_col_tiles;
+// Work unit w -> (row tile, column tile): groups of raster_rows consecutive row tiles, column tile slowest
+// inside a group, so that the blocks running at one time share a few row tiles and the weight tiles of few
+// experts. Then the unit's rows from the tile map.
+__device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int64_t w, int n_tiles) {
+  const int64_t span = int64_t{p.raster_rows} * p.n_col_tiles;
   const int group = static_cast<int>(w / span), within = static_cast<int>(w % span);
-  const int group_rows = min(kRasterRows, n_tiles - group * kRasterRows);
-  tile = group * kRasterRows + within % group_rows;
-  col = within / group_rows;
+  const int group_rows = min(p.raster_rows, n_tiles - group * p.raster_rows);
+  const int tile = group * p.raster_rows + within % group_rows;
+  Unit u;
+  u.expert = p.tile_expert[tile];
+  u.row0 = p.tile_row[tile];
+  u.rows = min(kBM, p.segment_offsets[u.expert] + p.segment_counts[u.expert] - u.row0);
+  u.col = within / group_rows;
+  return u;
+}
+
+__device__ __forceinline__ void store_unit(uint32_t slot, const Unit& u) {
+  asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot), "r"(u.row0), "r"(u.rows), "r"(u.col),
+               "r"(u.expert)
+               : "memory");
+}
+__device__ __forceinline__ Unit load_unit(uint32_t slot) {
+  Unit u;
+  asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(u.row0), "=r"(u.rows), "=r"(u.col), "=r"(u.expert)
+               : "r"(slot)
+               : "memory");
+  return u;
 }
 
 #endif  // MOE_WGMMA_DEVICE
@@ -171,6 +204,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t tiles_base = smem_addr(smem);
   const uint32_t full_bar = tiles_base + kStages * kStageBytes;  // kStages barriers of 8 bytes
   const uint32_t empty_bar = full_bar + kStages * 8;
+  const uint32_t unit_slot = empty_bar + kStages * 8;  // kStages slots of 16 bytes: the unit of a stage's data
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -195,25 +229,29 @@ static __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x != 0) return;
     int stage = 0;
     uint32_t phase = 0;
+    Unit next{};
+    if (blockIdx.x < total) next = decode_unit(p, blockIdx.x, n_tiles);
     for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
-      int tile, col;
-      decode_work(w, n_tiles, p.n_col_tiles, tile, col);
-      const int expert = p.tile_expert[tile];
-      const int32_t row0 = p.tile_row[tile];
-      const int64_t n0 = int64_t{col} * OUT_COLS;
-      const int64_t b0 = int64_t{expert} * p.b_rows + n0;
+      const Unit u = next;
+      const int64_t n0 = int64_t{u.col} * OUT_COLS;
+      const int64_t b0 = int64_t{u.expert} * p.b_rows + n0;
       // SwiGLU: gate rows n0.. and up rows I + n0.. of the expert; plain: 256 consecutive weight rows.
       const int32_t b_row0 = static_cast<int32_t>(b0);
       const int32_t b_row1 = static_cast<int32_t>(SWIGLU ? b0 + p.n : b0 + kBBoxRows);
       for (int kb = 0; kb < p.k_blocks; ++kb) {
         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
         const uint32_t full = full_bar + 8 * stage;
+        // NOTE: the consumers read the slot after this stage's full barrier completes; the arrival below
+        // releases the store to them, and they free the stage (and so the slot) only after reading it.
+        if (kb == 0) store_unit(unit_slot + 16 * stage, u);
         mbar_expect_tx(full, kStageBytes);
         const uint32_t sa = tiles_base + stage * kStageBytes, sb = sa + kATileBytes;
-        tma_load_2d(sa, &map_a, kb * kBK, row0, full);
+        tma_load_2d(sa, &map_a, kb * kBK, u.row0, full);
         tma_load_2d(sb, &map_b, kb * kBK, b_row0, full);
         tma_load_2d(sb + kBBoxRows * kBK * 2, &map_b, kb * kBK, b_row1, full);
         if (++stage == kStages) stage = 0, phase ^= 1;
+        // The next unit's decode (a few dependent loads of the tile map) while the stages ahead are full.
+        if (kb == 0 && w + gridDim.x < total) next = decode_unit(p, w + gridDim.x, n_tiles);
       }
     }
     return;
@@ -226,8 +264,18 @@ static __global__ void __launch_bounds__(kThreads, 1)
   uint32_t phase = 0;
   float acc[128];
   for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
-    int tile, col;
-    decode_work(w, n_tiles, p.n_col_tiles, tile, col);
+    mbar_wait(full_bar + 8 * stage, phase);
+    const Unit u = load_unit(unit_slot + 16 * stage);
+    if (p.half_tiles && consumer * 64 >= u.rows) {
+      // All of this warpgroup's rows are masked: free each stage as it lands (after it landed, so that the
+      // arrival counts towards this round of the empty barrier) and let the other warpgroup run alone.
+      for (int kb = 0; kb < p.k_blocks; ++kb) {
+        mbar_wait(full_bar + 8 * stage, phase);
+        if (lane == 0) mbar_arrive(empty_bar + 8 * stage);
+        if (++stage == kStages) stage = 0, phase ^= 1;
+      }
+      continue;
+    }
     int prev_stage = 0;
     for (int kb = 0; kb < p.k_blocks; ++kb) {
       mbar_wait(full_bar + 8 * stage, phase);
@@ -250,14 +298,13 @@ static __global__ void __launch_bounds__(kThreads, 1)
 
     // Epilogue. Accumulator j*4 + q of this thread: row 16 * warp + lane / 4 + 8 * (q / 2), column
     // 8 * j + 2 * (lane % 4) + q % 2 of the warpgroup's 64 x 256 block.
-    const int expert = p.tile_expert[tile];
-    const int64_t row_end = int64_t{p.segment_offsets[expert]} + p.segment_counts[expert];
-    const int64_t n0 = int64_t{col} * OUT_COLS;
+    const int64_t n0 = int64_t{u.col} * OUT_COLS;
     constexpr int OUT_J = OUT_COLS / 8;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int64_t row = int64_t{p.tile_row[tile]} + consumer * 64 + warp * 16 + lane / 4 + half * 8;
-      if (row >= row_end) continue;
+      const int tile_r = consumer * 64 + warp * 16 + lane / 4 + half * 8;
+      if (tile_r >= u.rows) continue;
+      const int64_t row = int64_t{u.row0} + tile_r;
       bf16* out_row = p.c + row * p.n;
 #pragma unroll
       for (int j = 0; j < OUT_J; ++j) {
@@ -325,7 +372,7 @@ int sm_count() {
 }
 
 template <bool SWIGLU>
-void launch_wgmma(const GroupedGemmArgs& g, cudaStream_t stream) {
+void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t stream) {
   MOE_CUDA_REQUIRE(wgmma_grouped_gemm_available(),
                    "wgmma grouped GEMM: needs a build for sm_90a and a compute capability 9.0 GPU");
   MOE_CUDA_REQUIRE(g.gather == nullptr, "wgmma grouped GEMM: A must be contiguous rows (gather them first)");
@@ -333,6 +380,7 @@ void launch_wgmma(const GroupedGemmArgs& g, cudaStream_t stream) {
                    "wgmma grouped GEMM: set n_experts and a_rows (the tensor maps' extents)");
   MOE_CUDA_REQUIRE(g.n % 2 == 0, "wgmma grouped GEMM: output columns " + std::to_string(g.n) + " must be even");
   MOE_CUDA_REQUIRE(g.max_tiles < (int64_t{1} << 31), "wgmma grouped GEMM: too many tiles");
+  MOE_CUDA_REQUIRE(schedule.raster_rows >= 1, "wgmma grouped GEMM: raster_rows must be at least 1");
   if (g.max_tiles == 0) return;
   constexpr int OUT_COLS = SWIGLU ? kBN / 2 : kBN;
   const int64_t b_rows = SWIGLU ? 2 * g.n : g.n;
@@ -342,7 +390,8 @@ void launch_wgmma(const GroupedGemmArgs& g, cudaStream_t stream) {
                       .tile_expert = g.tile_expert, .tile_row = g.tile_row, .n_tiles = g.n_tiles, .c = g.c,
                       .n = g.n, .b_rows = b_rows, .k_blocks = static_cast<int32_t>((g.k + kBK - 1) / kBK),
                       .n_col_tiles = static_cast<int32_t>((g.n + OUT_COLS - 1) / OUT_COLS),
-                      .max_tiles = static_cast<int32_t>(g.max_tiles)};
+                      .max_tiles = static_cast<int32_t>(g.max_tiles), .raster_rows = schedule.raster_rows,
+                      .half_tiles = schedule.half_tiles};
   static std::atomic<uint64_t> configured_devices{0};
   int device = 0;
   MOE_CUDA_CHECK(cudaGetDevice(&device));
@@ -390,8 +439,45 @@ bool wgmma_grouped_gemm_available() {
 #endif
 }
 
-void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream) { launch_wgmma<true>(args, stream); }
-void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) { launch_wgmma<false>(args, stream); }
+WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
+  // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29, wgmma iteration 2): half tiles took
+  // DeepSeek-V3 T=1024 (32 rows per expert, nearly every tile a half tile) from 6.53 to 5.92 ms, but made
+  // T=8192 (256 rows per expert, a fifth of the tiles half) 23% slower: blocks that finish half tiles early
+  // drift out of step with the blocks that read the same expert's weight tiles, which then come from
+  // memory more than once. So half tiles only where nearly every tile is one.
+  WgmmaSchedule schedule{.half_tiles = rows <= 48 * n_experts};
+  // MOE_WGMMA_HALF_TILES (on/off) and MOE_WGMMA_RASTER_ROWS (1..64) override the policy, for measuring the
+  // choices against each other in one device run (scripts/device/wgmma_schedules.sh).
+  static const int half = [] {
+    const char* v = std::getenv("MOE_WGMMA_HALF_TILES");
+    const std::string s = v == nullptr ? "" : v;
+    MOE_CUDA_REQUIRE(s.empty() || s == "on" || s == "off", "MOE_WGMMA_HALF_TILES must be on or off, not '" + s + "'");
+    return s.empty() ? -1 : s == "on" ? 1 : 0;
+  }();
+  static const int raster_rows = [] {
+    const char* v = std::getenv("MOE_WGMMA_RASTER_ROWS");
+    if (v == nullptr || *v == '\0') return 0;
+    const int r = std::atoi(v);
+    MOE_CUDA_REQUIRE(r >= 1 && r <= 64, std::string("MOE_WGMMA_RASTER_ROWS must be 1 to 64, not '") + v + "'");
+    return r;
+  }();
+  if (half >= 0) schedule.half_tiles = half == 1;
+  if (raster_rows > 0) schedule.raster_rows = raster_rows;
+  return schedule;
+}
+
+void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaSchedule schedule) {
+  launch_wgmma<true>(args, schedule, stream);
+}
+void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaSchedule schedule) {
+  launch_wgmma<false>(args, schedule, stream);
+}
+void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream) {
+  wgmma_grouped_gemm_swiglu(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts));
+}
+void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
+  wgmma_grouped_gemm(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts));
+}
 
 GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows) {
   static const int forced = [] {  // 0: policy, 1: mma, 2: wgmma

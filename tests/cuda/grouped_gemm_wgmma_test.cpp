@@ -2,9 +2,12 @@
 // the same bf16 data: uneven experts (empty ones, one of a single row, segments that end mid-tile), sizes
 // that are not multiples of the tiles (masked columns, K zero-filled past its end), outputs pre-filled with
 // junk, and a case with more work units than SMs and more k-blocks than pipeline stages, so that blocks
-// walk several tiles and the stages wrap around.
+// walk several tiles and the stages wrap around. Every case runs under several WgmmaSchedules (half tiles
+// on and off; raster groups of 8 and of 3 row tiles), and one case is built for the half tiles' edges:
+// segments whose last tile holds 1, 63, 64, 65 or 127 rows, and large experts next to small ones.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -25,6 +28,52 @@ struct Case {
   int64_t H, I;
   std::vector<int> counts;  // rows of each expert
 };
+
+// One schedule on the gathered rows: gate/up with SwiGLU, then down, against the CPU result `want`.
+void check_schedule(const Case& c, WgmmaSchedule schedule, const test::Device<uint16_t>& d_gathered,
+                    const test::Device<uint16_t>& d_w13, const test::Device<uint16_t>& d_w2,
+                    const test::Device<int32_t>& d_offsets, const test::Device<int32_t>& d_counts,
+                    const Tensor& want) {
+  const int E = static_cast<int>(c.counts.size());
+  const int64_t rows = std::accumulate(c.counts.begin(), c.counts.end(), int64_t{0}), H = c.H, I = c.I;
+  // Junk in the outputs: a unit that the schedule skips leaves junk rows behind.
+  test::Device<uint16_t> d_act(rows * I), d_out(rows * H);
+  const int64_t max_tiles = rows / 128 + E;
+  test::Device<int32_t> tile_expert(max_tiles), tile_row(max_tiles), n_tiles(1);
+  build_tiles(d_offsets.get(), d_counts.get(), E, 128, tile_expert.get(), tile_row.get(), n_tiles.get(), max_tiles,
+              nullptr);
+  GroupedGemmArgs up{.a = reinterpret_cast<const bf16*>(d_gathered.get()), .gather = nullptr,
+                     .b = reinterpret_cast<const bf16*>(d_w13.get()), .c = reinterpret_cast<bf16*>(d_act.get()),
+                     .segment_offsets = d_offsets.get(), .segment_counts = d_counts.get(),
+                     .tile_expert = tile_expert.get(), .tile_row = tile_row.get(), .n_tiles = n_tiles.get(),
+                     .max_tiles = max_tiles, .k = H, .n = I, .n_experts = E, .a_rows = rows};
+  wgmma_grouped_gemm_swiglu(up, nullptr, schedule);
+  MOE_CUDA_CHECK(cudaGetLastError());
+  GroupedGemmArgs down = up;
+  down.a = reinterpret_cast<const bf16*>(d_act.get());
+  down.b = reinterpret_cast<const bf16*>(d_w2.get());
+  down.c = reinterpret_cast<bf16*>(d_out.get());
+  down.k = I;
+  down.n = H;
+  wgmma_grouped_gemm(down, nullptr, schedule);
+  MOE_CUDA_CHECK(cudaGetLastError());
+  const auto got = d_out.host();
+  // Normwise and per-row: a row of junk (an unwritten row) must not hide in the norm.
+  double err2 = 0, ref2 = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double row_err2 = 0, row_ref2 = 0;
+    for (int64_t j = 0; j < H; ++j) {
+      const double g = ::moe::bf16_to_f32(got[r * H + j]), w = want.data_as<float>()[r * H + j];
+      ASSERT_FALSE(std::isnan(g)) << "row " << r << " column " << j;
+      row_err2 += (g - w) * (g - w);
+      row_ref2 += w * w;
+    }
+    ASSERT_LE(std::sqrt(row_err2 / std::max(row_ref2, 1e-30)), 2e-2) << "row " << r;
+    err2 += row_err2;
+    ref2 += row_ref2;
+  }
+  EXPECT_LE(std::sqrt(err2 / ref2), 1e-2);
+}
 
 void check_case(const Case& c, test::TestRng& rng) {
   const int E = static_cast<int>(c.counts.size());
@@ -59,46 +108,18 @@ void check_case(const Case& c, test::TestRng& rng) {
     ASSERT_EQ(counts[e], c.counts[e]);
   }
   const std::vector<int32_t> row_token(batch.row_token.data_as<int32_t>(), batch.row_token.data_as<int32_t>() + rows);
-  test::Device<uint16_t> d_x(bf16_bits(x)), d_w13(w13), d_w2(w2), d_gathered(rows * H), d_act(rows * I),
-      d_out(rows * H);
+  test::Device<uint16_t> d_x(bf16_bits(x)), d_w13(w13), d_w2(w2), d_gathered(rows * H);
   test::Device<int32_t> d_offsets(offsets), d_counts(counts), d_token(row_token);
-  const int64_t max_tiles = rows / 128 + E;
-  test::Device<int32_t> tile_expert(max_tiles), tile_row(max_tiles), n_tiles(1);
-  build_tiles(d_offsets.get(), d_counts.get(), E, 128, tile_expert.get(), tile_row.get(), n_tiles.get(), max_tiles,
-              nullptr);
   gather_rows(reinterpret_cast<const bf16*>(d_x.get()), d_token.get(), rows, H,
               reinterpret_cast<bf16*>(d_gathered.get()), nullptr);
-  GroupedGemmArgs up{.a = reinterpret_cast<const bf16*>(d_gathered.get()), .gather = nullptr,
-                     .b = reinterpret_cast<const bf16*>(d_w13.get()), .c = reinterpret_cast<bf16*>(d_act.get()),
-                     .segment_offsets = d_offsets.get(), .segment_counts = d_counts.get(),
-                     .tile_expert = tile_expert.get(), .tile_row = tile_row.get(), .n_tiles = n_tiles.get(),
-                     .max_tiles = max_tiles, .k = H, .n = I, .n_experts = E, .a_rows = rows};
-  wgmma_grouped_gemm_swiglu(up, nullptr);
-  MOE_CUDA_CHECK(cudaGetLastError());
-  GroupedGemmArgs down = up;
-  down.a = reinterpret_cast<const bf16*>(d_act.get());
-  down.b = reinterpret_cast<const bf16*>(d_w2.get());
-  down.c = reinterpret_cast<bf16*>(d_out.get());
-  down.k = I;
-  down.n = H;
-  wgmma_grouped_gemm(down, nullptr);
-  MOE_CUDA_CHECK(cudaGetLastError());
-  const auto got = d_out.host();
-  // Normwise and per-row: a row of junk (an unwritten row) must not hide in the norm.
-  double err2 = 0, ref2 = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    double row_err2 = 0, row_ref2 = 0;
-    for (int64_t j = 0; j < H; ++j) {
-      const double g = ::moe::bf16_to_f32(got[r * H + j]), w = want.data_as<float>()[r * H + j];
-      ASSERT_FALSE(std::isnan(g)) << "row " << r << " column " << j;
-      row_err2 += (g - w) * (g - w);
-      row_ref2 += w * w;
-    }
-    ASSERT_LE(std::sqrt(row_err2 / std::max(row_ref2, 1e-30)), 2e-2) << "row " << r;
-    err2 += row_err2;
-    ref2 += row_ref2;
+  for (const WgmmaSchedule schedule : {WgmmaSchedule{.half_tiles = true, .raster_rows = 8},
+                                       WgmmaSchedule{.half_tiles = false, .raster_rows = 8},
+                                       WgmmaSchedule{.half_tiles = true, .raster_rows = 3},
+                                       WgmmaSchedule{.half_tiles = false, .raster_rows = 3}}) {
+    SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") + ", raster rows " +
+                 std::to_string(schedule.raster_rows));
+    check_schedule(c, schedule, d_gathered, d_w13, d_w2, d_offsets, d_counts, want);
   }
-  EXPECT_LE(std::sqrt(err2 / ref2), 1e-2);
 }
 
 TEST(CudaWgmmaGroupedGemm, MatchesTheCpuExpertsOnUnevenExperts) {
@@ -111,6 +132,24 @@ TEST(CudaWgmmaGroupedGemm, MatchesTheCpuExpertsOnUnevenExperts) {
   check_case({.H = 200, .I = 136, .counts = {0, 1, 300, 0, 129, 57, 128}}, rng);
   // 168 gate/up work units over at most 132 blocks; 8 and 24 k-blocks through 4 stages.
   check_case({.H = 512, .I = 1536, .counts = {600, 0, 1, 900}}, rng);
+}
+
+TEST(CudaWgmmaGroupedGemm, SchedulesAgreeOnHalfTiles) {
+  MOE_SKIP_WITHOUT_GPU();
+  if (!wgmma_grouped_gemm_available()) GTEST_SKIP() << "no sm_90a build or not a compute capability 9.0 GPU";
+  test::TestRng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  // Last tiles of 64, 65, 1, 127, 63 (128 + 63), 76 (1024 + 76), 1 (256 + 1) and 52 (2048 + 52) rows;
+  // 36 tiles times 5 gate/up column tiles = 180 units over <= 132 blocks.
+  check_case({.H = 256, .I = 520, .counts = {64, 65, 1, 127, 0, 191, 1100, 257, 2100, 3}}, rng);
+}
+
+TEST(CudaWgmmaGroupedGemm, HalfTilesOnlyWhereNearlyEveryTileIsOne) {
+  if (std::getenv("MOE_WGMMA_HALF_TILES") != nullptr) GTEST_SKIP() << "MOE_WGMMA_HALF_TILES overrides the policy";
+  EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256).half_tiles);    // DeepSeek-V3 T=1024: 32 rows per expert
+  EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256).half_tiles);   // DeepSeek-V3 T=8192: 256
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128).half_tiles);   // Qwen3 T=1024: 64, half of the tiles full
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8).half_tiles);     // Mixtral T=1024: 256
 }
 
 TEST(CudaWgmmaGroupedGemm, GatherRowsCopiesTokenRowsAndZeroesUnusedOnes) {

@@ -121,8 +121,20 @@ int grouped_gemm_tile_rows(double rows_per_expert);
 // built with tile_rows = 128; a must be contiguous rows (gather == null; see gather_rows), n_experts and
 // a_rows set; k and the row strides multiples of 8. Same results as grouped_gemm_swiglu / grouped_gemm.
 bool wgmma_grouped_gemm_available();  // built for sm_90a and the current GPU is compute capability 9.0
+// How the wgmma kernel orders and sizes its work units; every choice computes the same result.
+struct WgmmaSchedule {
+  // A tile with at most 64 valid rows runs on one consumer warpgroup.
+  bool half_tiles = false;
+  // Row tiles that walk the column tiles together.
+  int raster_rows = 8;
+};
+// The measured policy for `rows` rows over `n_experts` segments (half tiles only where nearly every tile is
+// one); MOE_WGMMA_HALF_TILES=on|off and MOE_WGMMA_RASTER_ROWS=N in the environment override it.
+WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
+void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaSchedule schedule);
+void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaSchedule schedule);
 // out[r, :] = x[row_token[r], :] for r < n_rows (zeros where row_token[r] < 0); cols a multiple of 8.
 void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_t cols, bf16* out,
                  cudaStream_t stream);

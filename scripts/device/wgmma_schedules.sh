@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# On the device, one call (issue 5, wgmma iteration 2): the carried kernel's SASS (HGMMA, no local memory),
+# the GPU tests, `moe bench --backend cuda` on the prefill shapes under the default WgmmaSchedule policy and
+# with its choices overridden (MOE_WGMMA_HALF_TILES, MOE_WGMMA_RASTER_ROWS), a per-kernel time and DRAM
+# split of one DeepSeek-V3 and one Qwen3 forward at T = 8192 (ncu), and the torch peers; then the
+# side-by-side table of the default. Logs, JSON and tables to $OUT.
+# Needs a carry folder from scripts/device/prepare_carry.sh: CARRY names it (default .device-carry).
+# Usage: wgmma_schedules.sh [shapes] [tokens]
+set -uo pipefail
+carry=${CARRY:-.device-carry}
+export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export MOE_BINARY="$PWD/$carry/bin/moe"
+bin=$carry/bin
+out=${OUT:-/tmp}
+work=/tmp/wgmma-schedules && rm -rf "$work" && mkdir -p "$work"  # packed into one tarball: $OUT returns 8 files
+shapes=${1:-deepseek-v3,qwen3-30b-a3b,mixtral-8x7b}
+tokens=${2:-1024,8192}
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
+summary() { grep -E '^\[  (PASSED|FAILED)' "$1" | tr '\n' ' '; }
+finish() {
+  tar czf "$out/wgmma_schedules.tgz" -C "$work" .
+  cp "$work"/summary.txt "$out/" 2>/dev/null
+}
+
+# SASS of the two wgmma kernel instances: tensor-core instructions present, no local-memory traffic.
+cuobjdump -sass "$bin/cuda_tests" > "$work/sass.txt" 2>&1
+awk '/Function : /{f = /wgmma_grouped_gemm_kernel/} f' "$work/sass.txt" > "$work/sass_wgmma.txt"
+echo "SASS wgmma kernels: $(grep -c 'Function :' "$work/sass_wgmma.txt") functions, $(grep -c HGMMA "$work/sass_wgmma.txt") HGMMA, $(grep -cE '\b(LDL|STL)\b' "$work/sass_wgmma.txt") LDL/STL"
+
+# The kernel's own tests first: a hang or a wrong result stops the run before it costs more device time.
+timeout 90 "$bin/cuda_tests" --gtest_filter='CudaWgmma*' > "$work/tests_kernel.log" 2>&1
+rc=$?
+echo "wgmma kernel tests: rc $rc $(summary "$work/tests_kernel.log")"
+if [ $rc -ne 0 ]; then grep -E "Failure|Expected|Which is|seed|schedule|error|row" "$work/tests_kernel.log" | head -20; finish; exit 1; fi
+timeout 200 "$bin/cuda_tests" > "$work/tests_all.log" 2>&1
+echo "cuda_tests (all): rc $? $(summary "$work/tests_all.log")"
+grep -hE "Failure|Expected|Which is|seed|error" "$work/tests_all.log" | head -10
+
+# The layer under the default policy (the table's numbers), then the choices it overrides, one at a time.
+run_bench() {  # name shape tokens [VAR=value]
+  local name=$1 shape=$2 toks=$3 dir="$work/schedule_$1" && shift 3
+  mkdir -p "$dir"
+  env "$@" timeout 120 "$bin/moe" bench --backend cuda --shape "$shape" --tokens "$toks" --repeats 20 \
+    --json "$dir/moe_${shape}_balanced.json" > "$work/bench.tmp" 2>&1
+  local rc=$?
+  cat "$work/bench.tmp" >> "$work/bench.log"
+  echo "== $shape $name (rc $rc)"
+  grep -E "^$shape|rror" "$work/bench.tmp"
+}
+{
+  for shape in ${shapes//,/ }; do run_bench default "$shape" "$tokens"; done
+  run_bench raster4 deepseek-v3 8192 MOE_WGMMA_RASTER_ROWS=4
+  run_bench raster16 deepseek-v3 8192 MOE_WGMMA_RASTER_ROWS=16
+  run_bench half_on mixtral-8x7b 1024 MOE_WGMMA_HALF_TILES=on
+  run_bench half_on qwen3-30b-a3b 1024 MOE_WGMMA_HALF_TILES=on
+} | tee -a "$work/summary.txt"
+
+# Where one forward's time goes: every kernel of the first forward after the 13 cuBLAS launches of the
+# matmul ceiling, with its DRAM bytes (ncu; clocks left as they are).
+for shape in deepseek-v3 qwen3-30b-a3b; do
+  timeout 150 ncu --clock-control none --print-units base --print-kernel-base function --csv \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --launch-skip 13 --launch-count 30 \
+    --log-file "$work/ncu_$shape.csv" "$bin/moe" bench --backend cuda --shape "$shape" --tokens 8192 --repeats 3 \
+    > "$work/ncu_$shape.out" 2>&1
+  echo "== ncu $shape T=8192 (rc $?)"
+  python3 - "$work/ncu_$shape.csv" <<'EOF'
+import csv, sys
+rows = {}
+with open(sys.argv[1]) as f:
+    for r in csv.reader(line for line in f if line.startswith('"')):
+        if r[0] == "ID":
+            head = r
+            continue
+        d = dict(zip(head, r))
+        k = rows.setdefault(int(d["ID"]), {"name": d["Kernel Name"][:40]})
+        k[d["Metric Name"]] = float(d["Metric Value"].replace(",", ""))
+total = 0
+for i in sorted(rows):
+    k = rows[i]
+    us = k.get("gpu__time_duration.sum", 0) / 1e3
+    total += us
+    print(f"{i:3d} {k['name']:40s} {us:10.1f} us  read {k.get('dram__bytes_read.sum', 0) / 1e9:7.3f} GB  write {k.get('dram__bytes_write.sum', 0) / 1e9:7.3f} GB")
+print(f"sum of the kernels above: {total:.1f} us")
+EOF
+done | tee -a "$work/summary.txt"
+
+# The torch peers once; a table for every schedule against them.
+PYTHONUNBUFFERED=1 timeout 150 python3 scripts/device/torch_moe_peers.py "$shapes" "$tokens" balanced \
+  > "$work/torch_balanced.jsonl" 2> "$work/torch.log" || echo "torch peers failed: $(tail -3 "$work/torch.log")"
+for dir in "$work"/schedule_default; do
+  cp "$work/torch_balanced.jsonl" "$dir/"
+  echo "== table, ${dir##*/}"
+  python3 scripts/device/side_by_side_table.py "$dir" | tee "$dir/table.md"
+done | tee -a "$work/summary.txt"
+finish
