@@ -72,6 +72,12 @@ struct CudaMoeLayer::State {
   int32_t *shared_offsets = nullptr, *shared_counts = nullptr, *shared_tile_expert = nullptr,
           *shared_tile_row = nullptr, *shared_n_tiles = nullptr;
   int64_t max_rows = 0, max_tiles = 0, last_capacity = -1;
+  // The fused decode path (decode.cu), for batches of up to decode_limit tokens in the contiguous paradigm.
+  int64_t decode_limit = 0;
+  DeviceBuffer<float> decode_logits;
+  DeviceBuffer<bf16> decode_act;
+  DeviceBuffer<unsigned> decode_barrier;
+  DecodeScratch decode{};
 };
 
 CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, CudaLayerOptions options)
@@ -157,6 +163,18 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
     s.shared_out = DeviceBuffer<bf16>(Tm * H);
   }
   fill_iota(s.permute.pair_iota, max_pairs, nullptr);
+  if (options.paradigm == Paradigm::contiguous)
+    s.decode_limit = std::min(Tm, decode_token_limit(config.router, H, s.router_rows));
+  if (s.decode_limit > 0) {
+    s.decode.act_stride = decode_act_stride(config.router, s.I, s.S, s.decode_limit);
+    s.decode_logits = DeviceBuffer<float>(decode_logit_parts(s.router_rows, s.decode_limit));
+    s.decode_act = DeviceBuffer<bf16>(s.decode_limit * s.decode.act_stride);
+    s.decode_barrier = DeviceBuffer<unsigned>(2);
+    MOE_CUDA_CHECK(cudaMemset(s.decode_barrier.get(), 0, 2 * sizeof(unsigned)));
+    s.decode = {.logit_parts = s.decode_logits.get(), .act = s.decode_act.get(), .act_stride = s.decode.act_stride,
+                .barrier = s.decode_barrier.get(), .expert_counts = s.permute.expert_counts,
+                .dropped = s.permute.dropped};
+  }
 
   MOE_CUBLAS_CHECK(cublasCreate(&s.cublas));
   // NOTE: a workspace of our own keeps cuBLAS from allocating during graph capture.
@@ -183,6 +201,18 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
             s.options.max_tokens);
   if (T == 0) return;
   const int E = static_cast<int>(s.E), k = static_cast<int>(s.k);
+
+  // Decode batches: the whole layer in one fused launch.
+  if (T <= s.decode_limit) {
+    const DecodeWeights weights{.gate = s.router.get(), .gate_rows = s.router_rows, .correction_bias = s.bias.get(),
+                                .w13 = s.w13.get(), .w2 = s.w2.get(), .intermediate = s.I,
+                                .shared_w13 = s.shared_w13.get(), .shared_w2 = s.shared_w2.get(),
+                                .shared_intermediate = s.S,
+                                .shared_gated = s.config.shared == SharedExpertKind::sigmoid_gated};
+    decode_layer(s.config.router, weights, s.H, x, T, s.decode, out, topk_ids, topk_weights, stream);
+    s.last_capacity = -1;
+    return;
+  }
 
   // Router: logits = x · Wᵀ in fp32, then scores and top-k. Decode batches take one fused launch; larger
   // ones a cuBLAS SGEMM (the gate stays fp32: a bf16 gate would flip top-k choices).

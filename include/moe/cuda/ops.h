@@ -152,4 +152,45 @@ void unpermute(const bf16* rows, const int32_t* pair_rows, const float* pair_wei
                int top_k, int64_t hidden, const bf16* shared, const float* shared_gate_logit,
                int64_t shared_gate_stride, float* out, cudaStream_t stream);
 
+// ---- decode.cu -------------------------------------------------------------------------------------
+// The fused decode path: the whole layer for up to kDecodeMaxTokens tokens in one persistent launch (one
+// block per SM, grid-wide barriers between its phases): router GEMV (fp32, as router_fused) and top-k of
+// every routing method, gate+up+SwiGLU of the distinct chosen experts and the shared expert, then down with
+// the weighted sum, deterministic (fixed-order sums, no atomics on data). Contiguous paradigm only (no
+// capacity). out [T, H] fp32, topk_ids / topk_weights [T, k]; the load counters (expert_counts: pairs per
+// expert, dropped: zeros) are written as permute writes them.
+constexpr int64_t kDecodeMaxTokens = 8;
+
+struct DecodeWeights {
+  const float* gate;               // [gate_rows, H] fp32: E expert rows (+ the Qwen2 shared expert gate row)
+  int64_t gate_rows;
+  const float* correction_bias;    // [E] or null
+  const bf16* w13;                 // [E, 2I, H] gate rows then up rows
+  const bf16* w2;                  // [E, H, I]
+  int64_t intermediate;            // I (multiple of 8)
+  const bf16* shared_w13;          // [2S, H] or null
+  const bf16* shared_w2;           // [H, S] or null
+  int64_t shared_intermediate;     // S, 0 without a shared expert
+  bool shared_gated;               // Qwen2-MoE: the shared expert is scaled by sigmoid(logit of gate row E)
+};
+
+struct DecodeScratch {
+  float* logit_parts;      // decode_logit_parts(gate_rows, max_tokens) floats
+  bf16* act;               // [max_tokens, act_stride]
+  int64_t act_stride;      // decode_act_stride(...)
+  unsigned* barrier;       // [2], zero before the first call (each call leaves it ready for the next)
+  int32_t* expert_counts;  // [E]
+  int32_t* dropped;        // [E]
+};
+
+// The most tokens the fused path is used for on this device and model (0: not supported), from the
+// measured threshold (MOE_DECODE_MAX_TOKENS in the environment overrides it; 0 turns the path off).
+int64_t decode_token_limit(const routing::RouterConfig& config, int64_t hidden, int64_t gate_rows);
+int64_t decode_act_stride(const routing::RouterConfig& config, int64_t intermediate, int64_t shared_intermediate,
+                          int64_t max_tokens);
+int64_t decode_logit_parts(int64_t gate_rows, int64_t max_tokens);
+void decode_layer(const routing::RouterConfig& config, const DecodeWeights& weights, int64_t hidden, const bf16* x,
+                  int64_t n_tokens, const DecodeScratch& scratch, float* out, int32_t* topk_ids, float* topk_weights,
+                  cudaStream_t stream);
+
 }  // namespace moe::cuda

@@ -1,0 +1,534 @@
+// The fused decode path: the whole MoE layer for a few tokens in one persistent launch, one block per SM,
+// in three phases separated by two grid-wide barriers:
+//   0. router: the fp32 gate GEMV, split over every block ((gate row, H part) items, fixed-order sums);
+//   -- barrier --
+//   1. every block routes every token itself (the same select_topk as router.cu, so the same choices),
+//      lists the distinct experts in index order with their token masks, then streams its share of the
+//      gate+up weight rows of those experts (and the shared expert) and writes silu(gate) * up (bf16);
+//   -- barrier --
+//   2. every block owns a range of output columns h and, for every token, dots row h of each chosen
+//      expert's down weight with that expert's activation, then sums them with the routing weights in
+//      slot order: deterministic, no atomics on data.
+// Decode is bound by the weight stream, so the work of phases 1 and 2 is split over all SMs along weight
+// rows (16-byte loads that skip L1, 16 per thread in flight in phase 1), and before the second barrier each
+// block prefetches the first down rows it will read into L2, so the memory system stays busy across it.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "moe/cuda/check.h"
+#include "moe/cuda/ops.h"
+#include "router_select.cuh"
+
+namespace moe::cuda {
+
+namespace {
+
+constexpr int kThreads = 512, kWarps = kThreads / 32;
+constexpr int kMaxExperts = 1024, kMaxTopK = 32;
+constexpr int kMaxSlots = kDecodeMaxTokens * (kMaxTopK + 1);  // routed slots + one shared slot per token
+constexpr int kUpSegChunks = 256;    // phase 1: 16-byte chunks of a weight row per task (8 per lane)
+constexpr int kDownSegChunks = 128;  // phase 2: 16-byte chunks of a down row per task (4 per lane)
+constexpr int kPartialFloats = 8192;  // phases 1 and 2 reduce through this many floats of shared memory
+
+struct DecodeParams {
+  RouterParams router;
+  const bf16* x;
+  int T;
+  int hidden;
+  const float* gate;
+  int gate_rows, parts;  // router items: (gate row, H part)
+  const float* bias;
+  const bf16 *w13, *w2;
+  int I;
+  const bf16 *shared_w13, *shared_w2;
+  int S;  // 0: no shared expert
+  bool shared_gated;
+  int up_segs, down_segs;  // H split into up_segs segments (phase 1); max(I, S) into down_segs (phase 2)
+  int prefetch_bytes;      // per block, before the second barrier
+  float* logit_parts;      // [T, gate_rows, parts]
+  bf16* act;               // [T, act_stride]: activation rows of the distinct experts, then the shared one
+  int64_t act_stride;
+  unsigned* barrier;  // [2]: arrivals, generation
+  int32_t *expert_counts, *dropped;
+  float* out;
+  int32_t* topk_ids;
+  float* topk_weights;
+};
+
+// Streamed weights: read once, so they skip L1 (the activations and x live there and in shared memory).
+__device__ __forceinline__ uint4 load_stream(const bf16* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// Starts moving `bytes` (a multiple of 16, 16-byte aligned) at p into L2; nothing waits for it.
+__device__ __forceinline__ void prefetch_l2(const void* p, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// All blocks of the grid (co-resident: cooperative launch) meet here; writes before are visible after.
+// barrier[0] counts arrivals and is reset by the last block before it advances barrier[1], the generation
+// the others wait on, so the counter is zero again for the next barrier and the next launch.
+__device__ __forceinline__ void grid_barrier(unsigned* barrier) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned generation = load_acquire(barrier + 1);  // cannot advance before this block arrives
+    __threadfence();
+    if (atomicAdd(barrier, 1u) == gridDim.x - 1) {
+      atomicExch(barrier, 0u);
+      __threadfence();
+      atomicAdd(barrier + 1, 1u);
+    } else {
+      while (load_acquire(barrier + 1) == generation) {
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// sum_i w[i] * x[i] over 8 bf16 pairs.
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
+  const auto* wv = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const auto* xv = reinterpret_cast<const __nv_bfloat162*>(&x);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(wv[i]), b = __bfloat1622float2(xv[i]);
+    sum = fmaf(a.x, b.x, sum);
+    sum = fmaf(a.y, b.y, sum);
+  }
+  return sum;
+}
+
+// The block's share [begin, end) of n items split evenly over the grid.
+__device__ __forceinline__ int2 block_range(int64_t n) {
+  return {static_cast<int>(n * blockIdx.x / gridDim.x), static_cast<int>(n * (blockIdx.x + 1) / gridDim.x)};
+}
+
+template <int MAXT>
+static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const DecodeParams p) {
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  // Dynamic: x [T, H] bf16, then one region used first as the router's scratch (per token: logits
+  // [gate_rows], choice [E], score [E]) and then as the partial sums of phases 1 and 2.
+  bf16* xs = reinterpret_cast<bf16*>(dynamic_smem);
+  float* scratch = reinterpret_cast<float*>(dynamic_smem + ((size_t{2} * p.T * p.hidden + 15) / 16) * 16);
+  __shared__ unsigned expert_mask[kMaxExperts];  // bit t: token t chose expert e
+  __shared__ int entry_of[kMaxExperts];          // expert -> its entry (index among the distinct experts)
+  __shared__ int entry_expert[kMaxSlots + 1];
+  __shared__ unsigned entry_mask[kMaxSlots + 1];
+  __shared__ int32_t chosen_ids[kDecodeMaxTokens * kMaxTopK];
+  __shared__ float chosen_weights[kDecodeMaxTokens * kMaxTopK];
+  __shared__ int slot_entry[kMaxSlots];  // [T, n_slots]: k routed slots, then the shared slot
+  __shared__ float slot_weight[kMaxSlots];
+  __shared__ float shared_scale[kDecodeMaxTokens];
+  __shared__ float reduce[kWarps][MAXT];
+  __shared__ int n_distinct;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int T = p.T, H = p.hidden, E = p.router.n_experts, k = p.router.top_k;
+
+  // The block's gate rows start moving into L2 while x is staged (they are independent reads).
+  const int quads = H / 4, part_quads = (quads + p.parts - 1) / p.parts;
+  if (tid == 0) {
+    for (int item = blockIdx.x; item < p.gate_rows * p.parts; item += gridDim.x) {
+      const int row = item / p.parts, part = item % p.parts;
+      const int begin = part * part_quads, end = min(quads, begin + part_quads);
+      if (end > begin) prefetch_l2(p.gate + int64_t{row} * H + 4 * begin, 16 * (end - begin));
+    }
+  }
+  // x into shared memory (every phase reads it or its routing), expert masks cleared.
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(p.x);
+    uint4* dst = reinterpret_cast<uint4*>(xs);
+    for (int i = tid; i < T * H / 8; i += kThreads) dst[i] = src[i];
+    for (int e = tid; e < E; e += kThreads) expert_mask[e] = 0;
+  }
+  __syncthreads();
+
+  // ---- Phase 0: router logits, in parts. -------------------------------------------------------------
+  {
+    for (int item = blockIdx.x; item < p.gate_rows * p.parts; item += gridDim.x) {
+      const int row = item / p.parts, part = item % p.parts;
+      const int begin = part * part_quads, end = min(quads, begin + part_quads);
+      const float4* g = reinterpret_cast<const float4*>(p.gate + int64_t{row} * H);
+      float acc[MAXT] = {};
+#pragma unroll 4
+      for (int q = begin + tid; q < end; q += kThreads) {
+        const float4 w = __ldg(g + q);
+#pragma unroll
+        for (int t = 0; t < MAXT; ++t) {
+          if (t >= T) break;
+          const uint2 packed = *reinterpret_cast<const uint2*>(xs + t * H + 4 * q);
+          const auto* xv = reinterpret_cast<const __nv_bfloat162*>(&packed);
+          const float2 x0 = __bfloat1622float2(xv[0]), x1 = __bfloat1622float2(xv[1]);
+          acc[t] += w.x * x0.x + w.y * x0.y + w.z * x1.x + w.w * x1.y;
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < MAXT; ++t) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0) reduce[warp][t] = s;
+      }
+      __syncthreads();
+      if (tid < T) {
+        float total = 0.0f;
+        for (int w = 0; w < kWarps; ++w) total += reduce[w][tid];
+        p.logit_parts[(int64_t{tid} * p.gate_rows + row) * p.parts + part] = total;
+      }
+      __syncthreads();
+    }
+  }
+  grid_barrier(p.barrier);
+
+  // ---- Routing, redundantly in every block (same inputs, same code: same choices everywhere). --------
+  const int n_slots = k + (p.S > 0 ? 1 : 0);
+  if (warp < T) {
+    const int t = warp;
+    float* logits = scratch + t * (p.gate_rows + 2 * E);
+    for (int e = lane; e < p.gate_rows; e += 32) {
+      const float* parts = p.logit_parts + (int64_t{t} * p.gate_rows + e) * p.parts;
+      float total = 0.0f;
+      for (int q = 0; q < p.parts; ++q) total += parts[q];
+      logits[e] = total;
+    }
+    __syncwarp();
+    float* choice = logits + p.gate_rows;
+    select_topk(p.router, logits, p.bias, choice, choice + E, chosen_ids + t * k, chosen_weights + t * k);
+    if (lane == 0) shared_scale[t] = p.shared_gated ? 1.0f / (1.0f + __expf(-logits[E])) : 1.0f;
+  }
+  __syncthreads();
+  for (int i = tid; i < T * k; i += kThreads) atomicOr(&expert_mask[chosen_ids[i]], 1u << (i / k));
+  if (blockIdx.x == 0) {
+    for (int i = tid; i < T * k; i += kThreads) {
+      p.topk_ids[i] = chosen_ids[i];
+      p.topk_weights[i] = chosen_weights[i];
+    }
+  }
+  __syncthreads();
+  if (warp == 0) {  // the distinct experts in index order (warp-wide compaction)
+    int count = 0;
+    for (int base = 0; base < E; base += 32) {
+      const int e = base + lane;
+      const unsigned m = e < E ? expert_mask[e] : 0u;
+      const unsigned hits = __ballot_sync(kFullMask, m != 0);
+      if (m != 0) {
+        const int position = count + __popc(hits & ((1u << lane) - 1u));
+        entry_expert[position] = e;
+        entry_mask[position] = m;
+        entry_of[e] = position;
+      }
+      count += __popc(hits);
+    }
+    if (lane == 0) {
+      n_distinct = count;
+      entry_expert[count] = -1;  // the shared expert's entry, if any
+      entry_mask[count] = (1u << T) - 1u;
+    }
+  }
+  if (blockIdx.x == 0) {  // the layer's load counters (read_counts)
+    for (int e = tid; e < E; e += kThreads) {
+      p.expert_counts[e] = __popc(expert_mask[e]);
+      p.dropped[e] = 0;
+    }
+  }
+  __syncthreads();
+  const int D = n_distinct;
+  for (int i = tid; i < T * n_slots; i += kThreads) {
+    const int t = i / n_slots, j = i % n_slots;
+    slot_entry[i] = j < k ? entry_of[chosen_ids[t * k + j]] : D;
+    slot_weight[i] = j < k ? chosen_weights[t * k + j] : shared_scale[t];
+  }
+  __syncthreads();
+
+  // ---- Phase 1: gate+up and SwiGLU over the rows (entry, i), split evenly over the blocks. ------------
+  // A task is one segment of a gate row and the matching up row; the block reduces segments in order.
+  {
+    const int64_t routed_rows = int64_t{D} * p.I, total_rows = routed_rows + p.S;
+    const int2 range = block_range(total_rows);
+    const int row_chunks = H / 8, seg_chunks = (row_chunks + p.up_segs - 1) / p.up_segs;
+    const int chunk_rows = kPartialFloats / (p.up_segs * 2 * MAXT);
+    for (int c0 = range.x; c0 < range.y; c0 += chunk_rows) {
+      const int c1 = min(range.y, c0 + chunk_rows), tasks = (c1 - c0) * p.up_segs;
+      for (int task = warp; task < tasks; task += kWarps) {
+        const int row = c0 + task / p.up_segs, seg = task % p.up_segs;
+        const bool routed = row < routed_rows;
+        const int entry = routed ? row / p.I : D, i = routed ? row % p.I : row - static_cast<int>(routed_rows);
+        const int n = routed ? p.I : p.S;
+        const bf16* base = routed ? p.w13 + int64_t{entry_expert[entry]} * 2 * p.I * H : p.shared_w13;
+        const bf16* gate_row = base + int64_t{i} * H;
+        const bf16* up_row = base + int64_t{n + i} * H;
+        const unsigned mask = entry_mask[entry];
+        const int first = seg * seg_chunks, last = min(row_chunks, first + seg_chunks);
+        uint4 g[8], u[8];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int c = first + r * 32 + lane;
+          g[r] = c < last ? load_stream(gate_row + c * 8) : make_uint4(0, 0, 0, 0);
+          u[r] = c < last ? load_stream(up_row + c * 8) : make_uint4(0, 0, 0, 0);
+        }
+        float* out = scratch + (task * 2) * MAXT;  // [row, seg][token][gate, up]
+#pragma unroll
+        for (int t = 0; t < MAXT; ++t) {
+          if (t >= T || !((mask >> t) & 1u)) continue;
+          float gs = 0.0f, us = 0.0f;
+#pragma unroll
+          for (int r = 0; r < 8; ++r) {
+            const int c = first + r * 32 + lane;
+            if (c < last) {
+              const uint4 xv = *reinterpret_cast<const uint4*>(xs + t * H + c * 8);
+              gs += dot8(g[r], xv);
+              us += dot8(u[r], xv);
+            }
+          }
+          gs = warp_sum(gs);
+          us = warp_sum(us);
+          if (lane == 0) {
+            out[2 * t] = gs;
+            out[2 * t + 1] = us;
+          }
+        }
+      }
+      __syncthreads();
+      for (int idx = tid; idx < (c1 - c0) * T; idx += kThreads) {
+        const int local = idx / T, t = idx % T, row = c0 + local;
+        const int entry = row < routed_rows ? row / p.I : D;
+        if (!((entry_mask[entry] >> t) & 1u)) continue;
+        float gs = 0.0f, us = 0.0f;
+        for (int seg = 0; seg < p.up_segs; ++seg) {
+          const float* part = scratch + ((local * p.up_segs + seg) * 2) * MAXT;
+          gs += part[2 * t];
+          us += part[2 * t + 1];
+        }
+        const float a = gs / (1.0f + __expf(-gs)) * us;
+        p.act[t * p.act_stride + row] = __float2bfloat16_rn(a);
+      }
+      __syncthreads();
+    }
+  }
+
+  // Before the barrier: this block's first down rows into L2, so that the weight stream does not pause.
+  const int2 columns = block_range(H);
+  {
+    const int per_column = T * n_slots;
+    const int items = (columns.y - columns.x) * per_column;
+    const int budget = p.prefetch_bytes / (2 * max(p.I, 1));
+    for (int idx = tid; idx < min(items, budget); idx += kThreads) {
+      const int h = columns.x + idx / per_column, slot = idx % per_column, entry = slot_entry[slot];
+      const bool routed = entry < D;
+      const int n = routed ? p.I : p.S;
+      const bf16* row = (routed ? p.w2 + int64_t{entry_expert[entry]} * H * p.I : p.shared_w2) + int64_t{h} * n;
+      prefetch_l2(row, n * 2);
+    }
+  }
+  grid_barrier(p.barrier);
+
+  // ---- Phase 2: down and the weighted sum, over this block's output columns. --------------------------
+  // A task is (column h, token t, slot j, segment s) in that order; two tasks per warp step, so that
+  // twice the loads are in flight.
+  {
+    const int per_column = T * n_slots * p.down_segs;
+    const int chunk_columns = max(1, kPartialFloats / per_column);
+    for (int h0 = columns.x; h0 < columns.y; h0 += chunk_columns) {
+      const int h1 = min(columns.y, h0 + chunk_columns), tasks = (h1 - h0) * per_column;
+      for (int task0 = warp; task0 < tasks; task0 += 2 * kWarps) {
+        uint4 w[2][4], a[2][4];
+        int last[2], first[2];
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const int task = task0 + b * kWarps;
+          const int h = h0 + task / per_column, rest = task % per_column;
+          const int slot = rest / p.down_segs, seg = rest % p.down_segs;
+          const int t = slot / n_slots, entry = slot_entry[slot];
+          const bool routed = entry < D;
+          const int n = routed ? p.I : p.S;
+          const bf16* row =
+              (routed ? p.w2 + int64_t{entry_expert[entry]} * H * p.I : p.shared_w2) + int64_t{h} * n;
+          const bf16* act = p.act + t * p.act_stride + (routed ? int64_t{entry} * p.I : int64_t{D} * p.I);
+          first[b] = seg * kDownSegChunks;
+          last[b] = task < tasks ? min(n / 8, first[b] + kDownSegChunks) : 0;
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int c = first[b] + r * 32 + lane;
+            const bool ok = c < last[b];
+            w[b][r] = ok ? load_stream(row + c * 8) : make_uint4(0, 0, 0, 0);
+            a[b][r] = ok ? *reinterpret_cast<const uint4*>(act + c * 8) : make_uint4(0, 0, 0, 0);
+          }
+        }
+        float sum[2];
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          sum[b] = 0.0f;
+#pragma unroll
+          for (int r = 0; r < 4; ++r) sum[b] += dot8(w[b][r], a[b][r]);  // zeros past the row
+          sum[b] = warp_sum(sum[b]);
+        }
+        if (lane == 0) {
+          scratch[task0] = sum[0];
+          if (task0 + kWarps < tasks) scratch[task0 + kWarps] = sum[1];
+        }
+      }
+      __syncthreads();
+      for (int idx = tid; idx < (h1 - h0) * T; idx += kThreads) {
+        const int local = idx / T, t = idx % T;
+        float total = 0.0f;
+        for (int j = 0; j < n_slots; ++j) {
+          const float* part = scratch + (local * T * n_slots + t * n_slots + j) * p.down_segs;
+          float dot = 0.0f;
+          for (int seg = 0; seg < p.down_segs; ++seg) dot += part[seg];
+          total += slot_weight[t * n_slots + j] * dot;
+        }
+        p.out[int64_t{t} * H + h0 + local] = total;
+      }
+      __syncthreads();
+    }
+  }
+}
+
+template <int MAXT>
+size_t dynamic_smem_bytes(const DecodeParams& p) {
+  const size_t x_bytes = (size_t{2} * p.T * p.hidden + 15) / 16 * 16;
+  const size_t router = size_t{4} * p.T * (p.gate_rows + 2 * p.router.n_experts);
+  return x_bytes + std::max<size_t>(router, size_t{4} * kPartialFloats);
+}
+
+struct DeviceLimits {
+  int sms = 0;
+  int smem_optin = 0;
+};
+
+const DeviceLimits& device_limits() {
+  static const DeviceLimits limits = [] {
+    DeviceLimits l;
+    int device = 0;
+    MOE_CUDA_CHECK(cudaGetDevice(&device));
+    MOE_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device));
+    MOE_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return l;
+  }();
+  return limits;
+}
+
+int router_parts(int64_t gate_rows) {
+  return static_cast<int>(std::clamp<int64_t>(device_limits().sms / gate_rows, 1, 32));
+}
+
+template <int MAXT>
+void launch(const DecodeParams& p, cudaStream_t stream) {
+  const size_t smem = dynamic_smem_bytes<MAXT>(p);
+  // NOTE: the shared-memory limit is raised once per device, to the most a block may take (not per launch:
+  // a launch inside a graph capture must not depend on host-side state changing later).
+  static std::atomic<uint64_t> configured_devices{0};
+  int device = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  if (!(configured_devices.load() & (uint64_t{1} << device))) {
+    MOE_CUDA_CHECK(cudaFuncSetAttribute(decode_layer_kernel<MAXT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        device_limits().smem_optin - (24 << 10)));
+    configured_devices.fetch_or(uint64_t{1} << device);
+  }
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;  // the grid barriers need every block resident
+  attribute.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(device_limits().sms));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layer_kernel<MAXT>, p));
+}
+
+int64_t env_int(const char* name, int64_t fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? std::strtoll(value, nullptr, 10) : fallback;
+}
+
+}  // namespace
+
+int64_t decode_token_limit(const routing::RouterConfig& c, int64_t hidden, int64_t gate_rows) {
+  if (c.n_experts > kMaxExperts || c.top_k > kMaxTopK || c.n_group > 32 || hidden % 8 != 0) return 0;
+  // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29 decode section); MOE_DECODE_MAX_TOKENS
+  // overrides it (0 turns the fused path off) for measuring both paths on one machine.
+  int64_t limit = std::clamp<int64_t>(env_int("MOE_DECODE_MAX_TOKENS", 1), 0, kDecodeMaxTokens);
+  const size_t router_floats = size_t(gate_rows + 2 * c.n_experts);
+  while (limit > 0 && (size_t{2} * limit * hidden + 16 + std::max<size_t>(4 * limit * router_floats, 4 * kPartialFloats) +
+                       (24u << 10)) > static_cast<size_t>(device_limits().smem_optin))
+    --limit;  // x and the router's scratch must fit in shared memory beside the static arrays
+  return limit;
+}
+
+int64_t decode_act_stride(const routing::RouterConfig& c, int64_t intermediate, int64_t shared_intermediate,
+                          int64_t max_tokens) {
+  return std::min<int64_t>(max_tokens * c.top_k, c.n_experts) * intermediate + shared_intermediate;
+}
+
+int64_t decode_logit_parts(int64_t gate_rows, int64_t max_tokens) { return max_tokens * gate_rows * router_parts(gate_rows); }
+
+void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_t hidden, const bf16* x,
+                  int64_t n_tokens, const DecodeScratch& scratch, float* out, int32_t* topk_ids, float* topk_weights,
+                  cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= kDecodeMaxTokens,
+                   "the fused decode path takes up to " + std::to_string(kDecodeMaxTokens) + " tokens, got " +
+                       std::to_string(n_tokens));
+  MOE_CUDA_REQUIRE(c.n_experts <= kMaxExperts && c.top_k <= kMaxTopK && hidden % 8 == 0 &&
+                       w.intermediate % 8 == 0 && w.shared_intermediate % 8 == 0,
+                   "the fused decode path needs E <= 1024, k <= 32 and sizes that are multiples of 8");
+  if (n_tokens == 0) return;
+  DecodeParams p{};
+  p.router = {.method = c.method, .n_experts = c.n_experts, .top_k = c.top_k, .n_group = c.n_group,
+              .topk_group = c.topk_group, .norm_topk_prob = c.norm_topk_prob,
+              .routed_scaling_factor = c.routed_scaling_factor};
+  p.x = x;
+  p.T = static_cast<int>(n_tokens);
+  p.hidden = static_cast<int>(hidden);
+  p.gate = w.gate;
+  p.gate_rows = static_cast<int>(w.gate_rows);
+  p.parts = router_parts(w.gate_rows);
+  p.bias = w.correction_bias;
+  p.w13 = w.w13;
+  p.w2 = w.w2;
+  p.I = static_cast<int>(w.intermediate);
+  p.shared_w13 = w.shared_w13;
+  p.shared_w2 = w.shared_w2;
+  p.S = static_cast<int>(w.shared_intermediate);
+  p.shared_gated = w.shared_gated;
+  p.up_segs = static_cast<int>((hidden / 8 + kUpSegChunks - 1) / kUpSegChunks);
+  p.down_segs = static_cast<int>((std::max(w.intermediate, w.shared_intermediate) / 8 + kDownSegChunks - 1) /
+                                 kDownSegChunks);
+  static const int64_t prefetch = env_int("MOE_DECODE_PREFETCH", 192 << 10);
+  p.prefetch_bytes = static_cast<int>(prefetch);
+  p.logit_parts = scratch.logit_parts;
+  p.act = scratch.act;
+  p.act_stride = scratch.act_stride;
+  p.barrier = scratch.barrier;
+  p.expert_counts = scratch.expert_counts;
+  p.dropped = scratch.dropped;
+  p.out = out;
+  p.topk_ids = topk_ids;
+  p.topk_weights = topk_weights;
+  if (n_tokens == 1) launch<1>(p, stream);
+  else if (n_tokens == 2) launch<2>(p, stream);
+  else if (n_tokens <= 4) launch<4>(p, stream);
+  else launch<8>(p, stream);
+}
+
+}  // namespace moe::cuda

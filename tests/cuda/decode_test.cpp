@@ -1,0 +1,173 @@
+// The fused decode path (decode.cu) through CudaMoeLayer, against the CPU layer (the oracle): every routing
+// method (softmax, grouped greedy, DeepSeek-V3's grouped sigmoid + bias, top-k-then-softmax), shared
+// experts plain and sigmoid-gated, 1..8 tokens, sizes that split rows into several segments; the same
+// choices and weights as the CPU router, every output written, the load counters, and graph replays on
+// fresh inputs equal to eager runs (which also proves the grid barrier resets between launches).
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "cuda_test_util.h"
+#include "moe/cuda/moe_layer.h"
+#include "moe/layer/moe_layer.h"
+#include "moe/layer/random_weights.h"
+#include "test_random.h"
+
+namespace moe::cuda {
+namespace {
+
+// MOE_DECODE_MAX_TOKENS for the scope of a test (the layer reads it when it is built).
+class DecodeLimit {
+ public:
+  explicit DecodeLimit(int64_t tokens) {
+    const char* old = std::getenv("MOE_DECODE_MAX_TOKENS");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv("MOE_DECODE_MAX_TOKENS", std::to_string(tokens).c_str(), 1);
+  }
+  ~DecodeLimit() {
+    if (had_) setenv("MOE_DECODE_MAX_TOKENS", old_.c_str(), 1);
+    else unsetenv("MOE_DECODE_MAX_TOKENS");
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
+// Runs the CUDA layer (fused decode path) and the CPU layer on the same bf16 input and checks routing,
+// outputs (normwise relative error) and the load counters.
+void expect_decode_matches_cpu(const MoeConfig& config, const MoeWeights& weights, test::TestRng& rng, int64_t T,
+                               const std::string& what) {
+  SCOPED_TRACE(what + " T " + std::to_string(T));
+  const int64_t H = config.hidden_size, k = config.router.top_k;
+  const int64_t gate_rows = config.router.n_experts + (config.shared == SharedExpertKind::sigmoid_gated ? 1 : 0);
+  ASSERT_GE(decode_token_limit(config.router, H, gate_rows), T) << "the fused decode path must take this batch";
+  const Tensor xb = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
+  MoeLayer cpu_layer(config, weights);
+  const LayerOutput want = cpu_layer.forward(xb.to_f32());
+
+  CudaMoeLayer gpu(config, weights, {.max_tokens = T});
+  test::Device<uint16_t> d_x(std::vector<uint16_t>(xb.data_as<uint16_t>(), xb.data_as<uint16_t>() + T * H));
+  test::Device<float> d_out(T * H), d_weights(T * k);
+  test::Device<int32_t> d_ids(T * k);
+  MOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, T * H * sizeof(float)));  // NaN: unwritten outputs show
+  gpu.forward(reinterpret_cast<const bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
+  const auto out = d_out.host();
+  const auto ids = d_ids.host();
+  const auto topk_weights = d_weights.host();
+  const DeviceLoadCounts counts = gpu.read_counts(nullptr);
+
+  for (int64_t i = 0; i < T * k; ++i) {
+    ASSERT_EQ(ids[i], want.topk.ids.data_as<int32_t>()[i]) << "token " << i / k << " choice " << i % k;
+    const float w = want.topk.weights.data_as<float>()[i];
+    EXPECT_NEAR(topk_weights[i], w, 1e-5 * std::max(1.0f, std::fabs(w))) << "token " << i / k << " choice " << i % k;
+  }
+  double worst = 0, scale = 1e-30;
+  for (int64_t i = 0; i < T * H; ++i) {
+    const double g = out[i], w = want.hidden_states.data_as<float>()[i];
+    ASSERT_TRUE(std::isfinite(g)) << "output " << i << " not written";
+    worst = std::max(worst, std::fabs(g - w));
+    scale = std::max(scale, std::fabs(w));
+  }
+  EXPECT_LE(worst / scale, 1e-2);
+  EXPECT_EQ(counts.tokens_per_expert, want.stats.tokens_per_expert);
+  EXPECT_EQ(counts.dropped_per_expert, want.stats.dropped_per_expert);
+}
+
+TEST(CudaDecode, EveryRoutingMethodMatchesTheCpuLayer) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  const DecodeLimit limit(8);
+  // mixtral: softmax top-k; qwen2_moe: + sigmoid-gated shared expert; qwen3_moe: normalised top-k; olmoe;
+  // deepseek_v2: group-limited greedy + shared; deepseek_v3: grouped sigmoid + bias (noaux_tc) + shared.
+  for (const char* type : {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "topk_softmax"})
+    for (int64_t T : {1, 2, 3, 4, 6, 8}) {
+      const bool gpt_oss = std::string(type) == "topk_softmax";
+      MoeConfig config = parse_moe_config(test::cuda_case_config(gpt_oss ? "mixtral" : type, 256, 128, 64, 6));
+      if (gpt_oss) config.router.method = routing::RoutingMethod::topk_softmax;
+      MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
+      expect_decode_matches_cpu(config, weights, rng, T, type);
+    }
+}
+
+// Rows longer than one task (H split into segments in gate+up, I and the shared S in down, lanes left idle
+// at a segment's end), a shared expert wider than the routed ones, and DeepSeek-V3's 256 experts in 8 groups.
+TEST(CudaDecode, SegmentedRowsAndLargeRouters) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  const DecodeLimit limit(8);
+  struct Case {
+    const char* type;
+    int64_t H, I;
+    int E, k;
+  };
+  for (Case c : {Case{"deepseek_v3", 2304, 1088, 32, 4}, Case{"qwen2_moe", 4608, 192, 16, 2},
+                 Case{"deepseek_v3", 512, 64, 256, 8}, Case{"mixtral", 2048, 2112, 8, 2}}) {
+    const MoeConfig config = parse_moe_config(test::cuda_case_config(c.type, c.H, c.I, c.E, c.k));
+    const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
+    for (int64_t T : {1, 4, 7})
+      expect_decode_matches_cpu(config, weights, rng, T, std::string(c.type) + " H " + std::to_string(c.H));
+  }
+}
+
+TEST(CudaDecode, GraphReplayOnNewInputs) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  const DecodeLimit limit(4);
+  const MoeConfig config = parse_moe_config(test::cuda_case_config("deepseek_v3", 1024, 256, 64, 6));
+  const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
+  const int64_t H = 1024, k = 6;
+  for (int64_t T : {1, 3}) {
+    SCOPED_TRACE("T " + std::to_string(T));
+    ASSERT_GE(decode_token_limit(config.router, H, config.router.n_experts), T);
+    CudaMoeLayer gpu(config, weights, {.max_tokens = T});
+    test::Device<uint16_t> d_x(T * H);
+    test::Device<float> d_out(T * H), d_weights(T * k);
+    test::Device<int32_t> d_ids(T * k);
+    cudaStream_t stream;
+    MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    auto forward = [&] {
+      gpu.forward(reinterpret_cast<const bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
+    };
+    {
+      const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
+      MOE_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice));
+    }
+    forward();  // warm-up outside the capture (kernel attributes)
+    MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    forward();
+    MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    MoeLayer cpu_layer(config, weights);
+    for (int replay = 0; replay < 4; ++replay) {
+      const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
+      MOE_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice));
+      MOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, T * H * sizeof(float)));  // NaN junk
+      for (int again = 0; again < 3; ++again) MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const auto graph_out = d_out.host();
+      forward();  // eager, on the same input
+      MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      EXPECT_EQ(graph_out, d_out.host()) << "replay " << replay << ": the path must be deterministic";
+      const LayerOutput want = cpu_layer.forward(x.to_f32());
+      EXPECT_EQ(d_ids.host(), std::vector<int32_t>(want.topk.ids.data_as<int32_t>(),
+                                                    want.topk.ids.data_as<int32_t>() + T * k));
+      double worst = 0, scale = 1e-30;
+      for (int64_t i = 0; i < T * H; ++i) {
+        worst = std::max(worst, std::fabs(double{graph_out[i]} - want.hidden_states.data_as<float>()[i]));
+        scale = std::max(scale, std::fabs(double{want.hidden_states.data_as<float>()[i]}));
+      }
+      EXPECT_LE(worst / scale, 1e-2) << "replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+}  // namespace
+}  // namespace moe::cuda
