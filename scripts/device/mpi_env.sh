@@ -1,7 +1,7 @@
 # Sourced by the device scripts: the carried OpenMPI (scripts/device/prepare_nccl_carry.sh) relocated under
 # .device-carry-nccl/mpi, its libraries linked in only where the image lacks them, set up for one host as
-# root, with NVLink multicast kept off. Sets MPIRUN.
-C="$PWD/.device-carry-nccl"
+# root, with NVLink multicast kept off. Sets MPIRUN. NCCL_CARRY overrides the carry folder.
+C="$PWD/${NCCL_CARRY:-.device-carry-nccl}"
 M="$C/mpi"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 rm -rf /tmp/moe-mpi-lib && mkdir -p /tmp/moe-mpi-lib

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # On a multi-GPU device kind (nvidia-h200-x2): expert parallelism over NCCL, one process per GPU, from the
 # carry made by scripts/device/prepare_nccl_carry.sh. Checks the carry (ldd, mpirun, topology), runs the GPU
-# EP tests, the `moe layer --ep --backend cuda` check against `moe layer --backend cuda`, and the dispatch
-# bench; prints a compact table. Logs and JSON in $OUT.
+# EP tests, the `moe layer --ep --backend cuda` check against `moe layer --backend cuda`, the dispatch
+# bench, and `moe generate --ep --backend cuda` on the fixtures against one GPU (nccl_generate.sh); prints
+# compact tables. Logs and JSON in $OUT.
 set -uo pipefail
 source scripts/device/mpi_env.sh
 out=${OUT:-/tmp}
-B=.device-carry-nccl/bin
+B=${NCCL_CARRY:-.device-carry-nccl}/bin
 NP=${NP:-$(nvidia-smi -L | wc -l)}
 echo "== carry"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
@@ -35,3 +36,5 @@ done
 echo "== moe bench --dispatch --backend cuda at $NP GPUs (H 7168, k 8, E 256)"
 $MPIRUN -np "$NP" $B/moe bench --dispatch --backend cuda --tokens 128,4096 --wire bf16,fp8 --repeats 30 \
   --json "$out/dispatch_cuda_np$NP.json" 2>&1 | tee "$out/bench_np$NP.log"
+
+NP=$NP bash scripts/device/nccl_generate.sh

@@ -5,13 +5,16 @@
 # shared libraries they load (nccl_ep.sh links only those the image lacks). NCCL itself comes from the
 # device image (CUDA or the nvidia-nccl wheel).
 # Then: device run, kind nvidia-h200-x2, carry [".device-carry-nccl"], command "bash scripts/device/nccl_ep.sh".
+# BUILD and NCCL_CARRY override the build folder and the carry folder (helpers building side by side; the
+# device scripts read NCCL_CARRY too).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cmake -S . -B build-nccl -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=ON >/dev/null
-cmake --build build-nccl --target moe dist_cuda_ep_tests -j 2
-C=.device-carry-nccl
+build=${BUILD:-build-nccl}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=ON >/dev/null
+cmake --build "$build" --target moe dist_cuda_ep_tests -j 2
+C=${NCCL_CARRY:-.device-carry-nccl}
 rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/mpi/deps" "$C/mpi/usr/bin" "$C/mpi/usr/share"
-cp build-nccl/bin/moe build-nccl/bin/dist_cuda_ep_tests "$C/bin/"
+cp "$build/bin/moe" "$build/bin/dist_cuda_ep_tests" "$C/bin/"
 cp -L /usr/lib/x86_64-linux-gnu/libfmt.so.9 "$C/lib/"
 
 ompi=/usr/lib/x86_64-linux-gnu/openmpi

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""The table of scripts/device/nccl_generate.sh: for each fixture and wire format, whether
+`mpirun -np NP moe generate --ep --backend cuda` produced the tokens of the one-GPU run and of transformers
+(reference.json), where they first diverge, how many (token, layer) routing decisions agree, and each
+rank's (token, expert) pairs and bytes sent, with the check that the ranks' pairs add up to tokens * k.
+
+  generate_ep_table.py WORK NP "WIRES" MODEL...
+"""
+import json
+import os
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def routing(path):
+    """(seq, pos, layer) -> experts, from a --trace-routing file."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                j = json.loads(line)
+                out[(j["seq"], j["pos"], j["layer"])] = tuple(j["experts"])
+    except OSError:
+        pass
+    return out
+
+
+def divergence(a, b):
+    """'=' when the id lists match, else 'seq S @ i' of the first difference."""
+    for s, (x, y) in enumerate(zip(a, b)):
+        for i in range(max(len(x), len(y))):
+            if i >= len(x) or i >= len(y) or x[i] != y[i]:
+                return f"seq {s} @ {i}"
+    return "="
+
+
+def main():
+    work, n_ranks, wires, models = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
+    print(f"{'model':12} {'wire':5} {'vs 1 GPU':>10} {'vs HF':>10} {'1GPU vs HF':>11} {'routing':>11} "
+          f"{'pairs=T*k':>9}  per-rank pairs / bytes sent")
+    failures = 0
+    for m in models:
+        ref = load(os.path.join("tests/data/models", m, "reference.json"))
+        hf = [c["generated_ids"] for c in ref["cases"][:2]] if ref else []
+        one = load(os.path.join(work, f"{m}_one.json"))
+        one_ids = one["generated_ids"] if one else None
+        for wire in wires:
+            ep = load(os.path.join(work, f"{m}_ep_{wire}.json"))
+            stats = load(os.path.join(work, f"{m}_ep_{wire}_stats.json"))
+            if not ep or not one or not stats:
+                print(f"{m:12} {wire:5} {'failed':>10}  (see {m}_ep_{wire}.log / {m}_one.log)")
+                failures += 1
+                continue
+            ids = ep["generated_ids"]
+            hf_n = [h[: len(x)] for h, x in zip(hf, ids)]
+            r_one = routing(os.path.join(work, f"{m}_one.jsonl"))
+            r_ep = routing(os.path.join(work, f"{m}_ep_{wire}.jsonl"))
+            same = sum(1 for key, e in r_ep.items() if r_one.get(key) == e)
+            # Every layer: the ranks' pairs are the layer's tokens times k.
+            adds_up = all(
+                sum(r["pairs_served"] for r in ranks) == stats["layers"][layer]["n_tokens"] * stats["top_k"]
+                for layer, ranks in stats["ep"]["layers"].items())
+            per_rank = ", ".join(f"{r['pairs_served']}/{r['bytes_sent']}" for r in stats["ep"]["per_rank"])
+            vs_one = divergence(ids, one_ids)
+            failures += vs_one != "=" or not adds_up
+            print(f"{m:12} {wire:5} {vs_one:>10} {divergence(ids, hf_n):>10} {divergence(one_ids, hf_n):>11} "
+                  f"{same:>5}/{len(r_ep):<5} {str(adds_up):>9}  {per_rank}")
+    print(f"{n_ranks} rank(s); 'vs': '=' when every generated id matches, else the first difference")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
