@@ -3,7 +3,7 @@
 # as one batch, with --backend cuda on one GPU against `mpirun -np NP moe generate --ep --backend cuda` on
 # NP GPUs (NP: the GPUs visible; on a single-GPU kind NP = 1 still runs the NCCL path, one rank). Prints a
 # table (generate_ep_table.py): tokens equal to one GPU and to transformers, first divergence, routing
-# agreement, per-rank pairs and bytes. Carry from scripts/device/prepare_nccl_carry.sh; nccl_ep.sh runs it
+# agreement, per-rank pairs and bytes, and the checks that must hold under bf16 rounding (exit 1 if not). Carry from scripts/device/prepare_nccl_carry.sh; nccl_ep.sh runs it
 # last. MODELS, NP, NEW_TOKENS and WIRES (bf16 fp8) override the defaults. Logs in $OUT.
 set -uo pipefail
 source scripts/device/mpi_env.sh
