@@ -29,4 +29,6 @@ print(' '.join('--prompt-ids ' + ','.join(map(str, x['ids'])) for x in c[:2]))")
   done
 done
 python3 scripts/device/generate_ep_table.py $work "$NP" "$WIRES" $MODELS | tee "$out/generate_ep_np$NP.txt"
+rc=$?
 tar czf "$out/generate_ep_np$NP.tar.gz" -C $work .
+exit $rc
