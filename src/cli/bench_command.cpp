@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "bench.h"
+#include "bench_model.h"
 #include "commands.h"
 #include "moe/core/check.h"
 
@@ -21,6 +22,10 @@ struct BenchArgs {
   bool dispatch = false, tokens_given = false;  // --dispatch: the expert-parallel exchange (bench_dispatch.cpp)
   std::string wire = "bf16,fp8";
   int64_t hidden = 7168;
+  ModelBenchArgs model;       // --model: the whole model (bench_model.cpp)
+  std::string write_model;    // --write-model: write the random checkpoint for --model
+  int64_t model_layers = 4;
+  bool repeats_given = false;
 };
 
 std::vector<int64_t> parse_tokens(const std::string& text) {
@@ -62,6 +67,14 @@ void run_dispatch(const BenchArgs& a) {
 
 void run_bench(const BenchArgs& a) {
   if (a.dispatch) return run_dispatch(a);
+  if (!a.write_model.empty()) return write_random_model(a.write_model, a.model_layers);
+  if (!a.model.model.empty()) {
+    MOE_CHECK(a.backend == "cpu", "--model times the CPU model runner: drop --backend cuda");
+    ModelBenchArgs m = a.model;
+    if (a.repeats_given) m.repeats = a.repeats;
+    m.cpu_weights = a.cpu.weights == "int8" ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16;
+    return run_model_bench(m);
+  }
   const BenchShape shape = parse_bench_shape(a.shape);
   const std::vector<int64_t> tokens = parse_tokens(a.tokens);
   const BenchRouting routing = a.routing == "zipf" ? BenchRouting::zipf : BenchRouting::balanced;
@@ -128,8 +141,24 @@ Run add_bench_command(CLI::App& app) {
   cmd->add_option("--wire", args->wire, "--dispatch: wire formats, comma-separated bf16, fp8, f32")
       ->capture_default_str();
   cmd->add_option("--hidden", args->hidden, "--dispatch: hidden size H")->check(CLI::PositiveNumber)->capture_default_str();
-  return [args, tokens] {
+  cmd->add_option("--model", args->model.model,
+                  "time the whole model in DIR on the CPU instead: prefill and decode tokens/s, the time of each "
+                  "part, the floor (--repeats defaults to 3 here)");
+  cmd->add_option("--prompt-tokens", args->model.prompt_tokens, "--model: prompt length")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--decode-tokens", args->model.decode_tokens, "--model: tokens decoded one by one after it")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--write-model", args->write_model,
+                  "write a random-weight Qwen3-MoE-shaped BF16 checkpoint into DIR (for --model) and exit");
+  cmd->add_option("--model-layers", args->model_layers, "--write-model: decoder layers (about 1.3 GB each)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  CLI::Option* repeats = cmd->get_option("--repeats");
+  return [args, tokens, repeats] {
     args->tokens_given = tokens->count() > 0;
+    args->repeats_given = repeats->count() > 0;
     run_bench(*args);
   };
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "moe/core/check.h"
 #include "moe/core/tensor.h"
 #include "moe/core/thread_pool.h"
 
@@ -77,6 +78,25 @@ float peak_loop_avx2() {
 }
 #pragma GCC pop_options
 
+#pragma GCC push_options
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx512f")
+float fma_loop_avx512() {
+  __m512 acc[16];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  const __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-9f);
+  for (int64_t i = 0; i < kPeakIterations; ++i)
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; ++c) acc[c] = _mm512_fmadd_ps(a, b, acc[c]);
+  float s = 0;
+  for (auto& v : acc) s += _mm512_reduce_add_ps(v);
+  return s;
+}
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
 }  // namespace
 
 double measure_read_bandwidth(int64_t bytes, int passes) {
@@ -113,6 +133,27 @@ double measure_peak_flops(Isa isa, WeightFormat format, int passes) {
     const auto start = Clock::now();
     pool.parallel_for(n_threads, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) sink[t] = isa == Isa::avx512 ? peak_loop_avx512(int8) : peak_loop_avx2();
+    });
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    best = std::max(best, per_thread * n_threads / seconds);
+  }
+  return best;
+}
+
+double measure_fp32_fma_peak(int passes) {
+  ThreadPool& pool = ThreadPool::global();
+  const int n_threads = pool.size();
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  MOE_CHECK(avx512 || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")),
+            "the fp32 FMA probe needs AVX2 and FMA");
+  const double per_thread = avx512 ? double(kPeakIterations) * 16 * 32 : double(kPeakIterations) * 12 * 16;
+  double best = 0;
+  std::vector<float> sink(n_threads);
+  for (int pass = 0; pass < passes; ++pass) {
+    const auto start = Clock::now();
+    pool.parallel_for(n_threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) sink[t] = avx512 ? fma_loop_avx512() : peak_loop_avx2();
     });
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     best = std::max(best, per_thread * n_threads / seconds);

@@ -1,7 +1,8 @@
 #pragma once
 // Self-attention of one decoder layer over a batch of sequences: the projections run on all the batch's
-// tokens at once, the attention itself per sequence against that sequence's cache (causal, fp32 scores
-// accumulated in fp64, softmax in fp64). GQA (Mixtral, Qwen2/3-MoE, OLMoE) and MLA (DeepSeek-V2/V3).
+// tokens at once, the attention itself per sequence against that sequence's cache (causal; scores and
+// softmax in fp32 on the kernels of linear_kernels.h). GQA (Mixtral, Qwen2/3-MoE, OLMoE) and MLA
+// (DeepSeek-V2/V3).
 
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "kv_cache.h"
 #include "rope.h"
 #include "weight_reader.h"
+#include "moe/model/causal_lm.h"
 #include "moe/model/model_config.h"
 
 namespace moe::model {
@@ -34,11 +36,12 @@ class Attention {
   virtual Tensor forward(const Tensor& x, const BatchLayout& batch, ModelKvCache& cache, int64_t layer) = 0;
 };
 
-// Weights of decoder layer `layer` ("model.layers.N.self_attn.*"), checked against the config.
+// Weights of decoder layer `layer` ("model.layers.N.self_attn.*"), checked against the config. `times`
+// (may be null): where forward adds the time of its parts.
 std::unique_ptr<Attention> make_gqa_attention(const ModelConfig& config, const WeightReader& reader, int64_t layer,
-                                              const Rope& rope);
+                                              const Rope& rope, ForwardTimes* times);
 std::unique_ptr<Attention> make_mla_attention(const ModelConfig& config, const WeightReader& reader, int64_t layer,
-                                              const Rope& rope);
+                                              const Rope& rope, ForwardTimes* times);
 
 // The attention core: q [T, n_heads, dk] F32 (rows in batch order) against the cached keys [len, kv_heads,
 // dk] and values [len, kv_heads, dv] of each span's sequence (its new rows already written); query head h

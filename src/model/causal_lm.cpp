@@ -8,6 +8,7 @@
 
 #include "attention.h"
 #include "dense_ops.h"
+#include "forward_timer.h"
 #include "kv_cache.h"
 #include "moe_block.h"
 #include "rope.h"
@@ -47,7 +48,8 @@ class Model final : public CausalLM {
       : config_(load_model_config(dir)),
         checkpoint_(open_weights(dir)),
         reader_(checkpoint_, config_.model_type),
-        rope_(config_.rope) {
+        rope_(config_.rope),
+        times_(options.times) {
     const ModelConfig& c = config_;
     const int64_t H = c.hidden_size, V = c.vocab_size;
     const std::string vocab_why = fmt::format("vocab_size {}, hidden_size {}", V, H);
@@ -109,23 +111,36 @@ class Model final : public CausalLM {
     const int64_t V = config_.vocab_size;
     if (batch.total == 0) return Tensor::empty(DType::F32, {0, V});
 
-    Tensor h = embedding_rows(embed_, ids);  // [T, H]
+    return timed(times_, &ForwardTimes::total, [&] { return run_layers(batch, ids, *cache, last_only, observer); });
+  }
+
+ private:
+  Tensor run_layers(const BatchLayout& batch, const std::vector<int32_t>& ids, ModelKvCache& cache, bool last_only,
+                    const RoutingObserver& observer) {
+    const auto normed = [&](const Tensor& h, const Tensor& weight) {
+      return timed(times_, &ForwardTimes::norms, [&] {
+        Tensor x = clone(h);
+        rms_norm_rows(x, weight, config_.rms_norm_eps);
+        return x;
+      });
+    };
+    const auto add = [&](Tensor& h, const Tensor& delta) {
+      timed(times_, &ForwardTimes::norms, [&] { add_in_place(h, delta); });
+    };
+    Tensor h = timed(times_, &ForwardTimes::embedding, [&] { return embedding_rows(embed_, ids); });  // [T, H]
     for (int64_t l = 0; l < config_.num_layers; ++l) {
       DecoderLayer& layer = layers_[l];
-      Tensor x = clone(h);
-      rms_norm_rows(x, layer.input_norm, config_.rms_norm_eps);
-      add_in_place(h, layer.attention->forward(x, batch, *cache, l));
-      x = clone(h);
-      rms_norm_rows(x, layer.post_norm, config_.rms_norm_eps);
+      add(h, layer.attention->forward(normed(h, layer.input_norm), batch, cache, l));
+      const Tensor x = normed(h, layer.post_norm);
       if (layer.moe) {
-        MoeBlockOutput out = layer.moe->forward(x);
-        add_in_place(h, out.hidden_states);
+        MoeBlockOutput out = timed(times_, &ForwardTimes::moe, [&] { return layer.moe->forward(x); });
+        add(h, out.hidden_states);
         if (observer) report_routing(observer, batch, ids, l, out.topk);
       } else {
-        add_in_place(h, dense_swiglu(x, layer.dense));
+        add(h, timed(times_, &ForwardTimes::dense_mlp, [&] { return dense_swiglu(x, layer.dense); }));
       }
     }
-    for (const BatchLayout::Span& s : batch.spans) cache->commit(s.seq, s.count);
+    for (const BatchLayout::Span& s : batch.spans) cache.commit(s.seq, s.count);
 
     if (last_only) {
       Tensor last = Tensor::empty(DType::F32, {static_cast<int64_t>(batch.spans.size()), config_.hidden_size});
@@ -136,11 +151,10 @@ class Model final : public CausalLM {
       }
       h = std::move(last);
     }
-    rms_norm_rows(h, final_norm_, config_.rms_norm_eps);
-    return linear(h, lm_head_);  // [rows, V]
+    timed(times_, &ForwardTimes::norms, [&] { rms_norm_rows(h, final_norm_, config_.rms_norm_eps); });
+    return timed(times_, &ForwardTimes::lm_head, [&] { return linear(h, lm_head_); });  // [rows, V]
   }
 
- private:
   DecoderLayer load_layer(int64_t i, const ModelOptions& options) {
     const ModelConfig& c = config_;
     const int64_t H = c.hidden_size;
@@ -148,8 +162,8 @@ class Model final : public CausalLM {
     DecoderLayer layer;
     layer.input_norm = reader_.get_f32(p + "input_layernorm.weight", {H}, "hidden_size");
     layer.post_norm = reader_.get_f32(p + "post_attention_layernorm.weight", {H}, "hidden_size");
-    layer.attention = c.attention == AttentionKind::mla ? make_mla_attention(c, reader_, i, rope_)
-                                                        : make_gqa_attention(c, reader_, i, rope_);
+    layer.attention = c.attention == AttentionKind::mla ? make_mla_attention(c, reader_, i, rope_, times_)
+                                                        : make_gqa_attention(c, reader_, i, rope_, times_);
     if (is_moe_layer(c.moe, i)) {
       // Mixtral checkpoints name the block block_sparse_moe; transformers 5 in memory (and some
       // re-saved checkpoints) call it mlp.
@@ -193,6 +207,7 @@ class Model final : public CausalLM {
   Checkpoint checkpoint_;
   WeightReader reader_;
   Rope rope_;
+  ForwardTimes* times_;  // may be null
   Tensor embed_, lm_head_;  // [V, H] checkpoint views
   Tensor final_norm_;       // [H] F32
   std::vector<DecoderLayer> layers_;

@@ -5,6 +5,7 @@
 
 #include "attention.h"
 #include "dense_ops.h"
+#include "forward_timer.h"
 
 namespace moe::model {
 
@@ -12,7 +13,8 @@ namespace {
 
 class GqaAttention final : public Attention {
  public:
-  GqaAttention(const ModelConfig& c, const WeightReader& r, int64_t layer, const Rope& rope) : c_(c), rope_(rope) {
+  GqaAttention(const ModelConfig& c, const WeightReader& r, int64_t layer, const Rope& rope, ForwardTimes* times)
+      : c_(c), rope_(rope), times_(times) {
     const std::string p = fmt::format("model.layers.{}.self_attn.", layer);
     const int64_t H = c.hidden_size, D = c.head_dim, q_width = c.num_heads * D, kv_width = c.num_kv_heads * D;
     const std::string q_why = fmt::format("num_attention_heads {} x head_dim {}, hidden_size {}", c.num_heads, D, H);
@@ -40,9 +42,23 @@ class GqaAttention final : public Attention {
 
   Tensor forward(const Tensor& x, const BatchLayout& batch, ModelKvCache& cache, int64_t layer) override {
     const int64_t T = x.size(0), D = c_.head_dim, nh = c_.num_heads, nkv = c_.num_kv_heads;
-    Tensor q = linear(x, q_, q_bias_);  // [T, nh * D]
-    Tensor k = linear(x, k_, k_bias_);  // [T, nkv * D]
-    Tensor v = linear(x, v_, v_bias_);  // [T, nkv * D]
+    Tensor q, k, v;
+    timed(times_, &ForwardTimes::attention_projections, [&] {
+      q = linear(x, q_, q_bias_);  // [T, nh * D]
+      k = linear(x, k_, k_bias_);  // [T, nkv * D]
+      v = linear(x, v_, v_bias_);  // [T, nkv * D]
+    });
+    timed(times_, &ForwardTimes::attention_other, [&] { prepare(q, k, v, batch, cache, layer); });
+    Tensor out = Tensor::empty(DType::F32, {T, nh * D});  // [T, nh * D]
+    timed(times_, &ForwardTimes::attention_core,
+          [&] { attend(q, batch, cache, layer, nh, nkv, D, D, c_.softmax_scale, out); });
+    return timed(times_, &ForwardTimes::attention_projections, [&] { return linear(out, o_, o_bias_); });  // [T, H]
+  }
+
+ private:
+  // q/k norms, clip_qkv, RoPE, and the new keys and values into the cache.
+  void prepare(Tensor& q, Tensor& k, Tensor& v, const BatchLayout& batch, ModelKvCache& cache, int64_t layer) const {
+    const int64_t T = q.size(0), D = c_.head_dim, nh = c_.num_heads, nkv = c_.num_kv_heads;
     if (c_.qk_norm == QkNorm::whole) {
       rms_norm_rows(q, q_norm_, c_.rms_norm_eps);
       rms_norm_rows(k, k_norm_, c_.rms_norm_eps);
@@ -65,14 +81,11 @@ class GqaAttention final : public Attention {
       std::copy_n(k.data_as<float>() + s.row * nkv * D, s.count * nkv * D, keys);
       std::copy_n(v.data_as<float>() + s.row * nkv * D, s.count * nkv * D, values);
     }
-    Tensor out = Tensor::empty(DType::F32, {T, nh * D});  // [T, nh * D]
-    attend(q, batch, cache, layer, nh, nkv, D, D, c_.softmax_scale, out);
-    return linear(out, o_, o_bias_);  // [T, H]
   }
 
- private:
   const ModelConfig& c_;
   const Rope& rope_;
+  ForwardTimes* times_;  // may be null
   Tensor q_, k_, v_, o_;                       // [out, in] checkpoint views
   Tensor q_bias_, k_bias_, v_bias_, o_bias_;   // F32 or undefined
   Tensor q_norm_, k_norm_;                     // F32 or undefined
@@ -81,8 +94,8 @@ class GqaAttention final : public Attention {
 }  // namespace
 
 std::unique_ptr<Attention> make_gqa_attention(const ModelConfig& config, const WeightReader& reader, int64_t layer,
-                                              const Rope& rope) {
-  return std::make_unique<GqaAttention>(config, reader, layer, rope);
+                                              const Rope& rope, ForwardTimes* times) {
+  return std::make_unique<GqaAttention>(config, reader, layer, rope, times);
 }
 
 }  // namespace moe::model

@@ -15,6 +15,7 @@
 
 #include "attention.h"
 #include "dense_ops.h"
+#include "forward_timer.h"
 #include "moe/core/thread_pool.h"
 
 namespace moe::model {
@@ -23,7 +24,8 @@ namespace {
 
 class MlaAttention final : public Attention {
  public:
-  MlaAttention(const ModelConfig& c, const WeightReader& r, int64_t layer, const Rope& rope) : c_(c), rope_(rope) {
+  MlaAttention(const ModelConfig& c, const WeightReader& r, int64_t layer, const Rope& rope, ForwardTimes* times)
+      : c_(c), rope_(rope), times_(times) {
     const std::string p = fmt::format("model.layers.{}.self_attn.", layer);
     const int64_t H = c.hidden_size, nh = c.num_heads, dqk = c.qk_head_dim(), rope_dim = c.qk_rope_head_dim;
     const std::string q_why = fmt::format("num_attention_heads {} x (qk_nope_head_dim {} + qk_rope_head_dim {})", nh,
@@ -51,17 +53,33 @@ class MlaAttention final : public Attention {
   }
 
   Tensor forward(const Tensor& x, const BatchLayout& batch, ModelKvCache& cache, int64_t layer) override {
-    const int64_t T = x.size(0), nh = c_.num_heads, nope = c_.qk_nope_head_dim, rope_dim = c_.qk_rope_head_dim;
+    const int64_t T = x.size(0), nh = c_.num_heads, rank = c_.kv_lora_rank, dk = rank + c_.qk_rope_head_dim;
+    Tensor q, ckv;  // [T, nh, nope + rope], [T, rank + rope]
+    timed(times_, &ForwardTimes::attention_projections, [&] {
+      if (q_.defined()) {
+        q = linear(x, q_);
+      } else {
+        Tensor qa = linear(x, q_a_, q_a_bias_);  // [T, q_lora_rank]
+        rms_norm_rows(qa, q_a_norm_, c_.rms_norm_eps);
+        q = linear(qa, q_b_);
+      }
+      ckv = linear(x, kv_a_, kv_a_bias_);
+    });
+    const Tensor q_latent =
+        timed(times_, &ForwardTimes::attention_other, [&] { return to_latent(q, ckv, batch, cache, layer); });
+    Tensor context = Tensor::empty(DType::F32, {T, nh * rank});  // [T, nh, rank]
+    timed(times_, &ForwardTimes::attention_core,
+          [&] { attend(q_latent, batch, cache, layer, nh, 1, dk, rank, c_.softmax_scale, context); });
+    const Tensor out = timed(times_, &ForwardTimes::attention_other, [&] { return from_latent(context); });
+    return timed(times_, &ForwardTimes::attention_projections, [&] { return linear(out, o_, o_bias_); });  // [T, H]
+  }
+
+ private:
+  // RoPE, kv_a_layernorm, the cache rows [latent | k_rot] and [latent], and the queries in the latent space
+  // [W_uk[h]ᵀ q_nope[h] | q_rot[h]] per head -> [T, nh, rank + rope].
+  Tensor to_latent(Tensor& q, const Tensor& ckv, const BatchLayout& batch, ModelKvCache& cache, int64_t layer) const {
+    const int64_t T = q.size(0), nh = c_.num_heads, nope = c_.qk_nope_head_dim, rope_dim = c_.qk_rope_head_dim;
     const int64_t dqk = nope + rope_dim, dv = c_.v_head_dim, rank = c_.kv_lora_rank, dk = rank + rope_dim;
-    Tensor q;  // [T, nh, nope + rope]
-    if (q_.defined()) {
-      q = linear(x, q_);
-    } else {
-      Tensor qa = linear(x, q_a_, q_a_bias_);  // [T, q_lora_rank]
-      rms_norm_rows(qa, q_a_norm_, c_.rms_norm_eps);
-      q = linear(qa, q_b_);
-    }
-    const Tensor ckv = linear(x, kv_a_, kv_a_bias_);  // [T, rank + rope]
     Tensor latent = Tensor::empty(DType::F32, {T, rank});  // [T, rank]
     std::vector<float> k_rot(T * rope_dim);                // [T, rope]
     for (int64_t t = 0; t < T; ++t) {
@@ -82,41 +100,56 @@ class MlaAttention final : public Attention {
         std::copy_n(latent.data_as<float>() + t * rank, rank, values + i * rank);
       }
     }
-    // Queries in the latent space: [W_uk[h]ᵀ q_nope[h] | q_rot[h]] per head.
     Tensor q_latent = Tensor::empty(DType::F32, {T, nh * dk});  // [T, nh, rank + rope]
+    float* ql = q_latent.data_as<float>();
+    const float* qs = q.data_as<float>();
+    const LinearIsa isa = linear_isa();
     ThreadPool::global().parallel_for(nh, 1, [&](int64_t h0, int64_t h1) {
+      std::vector<const float*> q_nope(T);
+      std::vector<float*> dst(T);
       for (int64_t h = h0; h < h1; ++h) {
-        Tensor q_nope = Tensor::empty(DType::F32, {T, nope});  // [T, nope]
-        for (int64_t t = 0; t < T; ++t)
-          std::copy_n(q.data_as<float>() + (t * nh + h) * dqk, nope, q_nope.data_as<float>() + t * nope);
-        const Tensor ql = linear_transposed(q_nope, kv_b_.narrow(0, h * (nope + dv), nope));  // [T, rank]
         for (int64_t t = 0; t < T; ++t) {
-          float* dst = q_latent.data_as<float>() + (t * nh + h) * dk;
-          std::copy_n(ql.data_as<float>() + t * rank, rank, dst);
-          std::copy_n(q.data_as<float>() + (t * nh + h) * dqk + nope, rope_dim, dst + rank);
+          q_nope[t] = qs + (t * nh + h) * dqk;
+          dst[t] = ql + (t * nh + h) * dk;
+          std::copy_n(q_nope[t] + nope, rope_dim, dst[t] + rank);
         }
+        const Tensor w_uk = kv_b_.narrow(0, h * (nope + dv), nope);  // [nope, rank]
+        axpy_rows(isa,
+                  {.a = q_nope.data(), .n = T, .j = nope, .w = w_uk.data(), .w_dtype = w_uk.dtype(),
+                   .w_stride = w_uk.strides()[0], .y = dst.data()},
+                  0, rank);
       }
     });
-    Tensor context = Tensor::empty(DType::F32, {T, nh * rank});  // [T, nh, rank]
-    attend(q_latent, batch, cache, layer, nh, 1, dk, rank, c_.softmax_scale, context);
-    // Back from the latent space: out[h] = W_uv[h] · context[h].
-    Tensor out = Tensor::empty(DType::F32, {T, nh * dv});  // [T, nh * dv]
-    ThreadPool::global().parallel_for(nh, 1, [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) {
-        Tensor ctx = Tensor::empty(DType::F32, {T, rank});  // [T, rank]
-        for (int64_t t = 0; t < T; ++t)
-          std::copy_n(context.data_as<float>() + (t * nh + h) * rank, rank, ctx.data_as<float>() + t * rank);
-        const Tensor v = linear(ctx, kv_b_.narrow(0, h * (nope + dv) + nope, dv));  // [T, dv]
-        for (int64_t t = 0; t < T; ++t)
-          std::copy_n(v.data_as<float>() + t * dv, dv, out.data_as<float>() + (t * nh + h) * dv);
-      }
-    });
-    return linear(out, o_, o_bias_);  // [T, H]
+    return q_latent;
   }
 
- private:
+  // Back from the latent space: out[h] = W_uv[h] · context[h] -> [T, nh * dv].
+  Tensor from_latent(const Tensor& context) const {
+    const int64_t T = context.size(0), nh = c_.num_heads, nope = c_.qk_nope_head_dim, dv = c_.v_head_dim;
+    const int64_t rank = c_.kv_lora_rank;
+    Tensor out = Tensor::empty(DType::F32, {T, nh * dv});  // [T, nh * dv]
+    const LinearIsa isa = linear_isa();
+    ThreadPool::global().parallel_for(nh, 1, [&](int64_t h0, int64_t h1) {
+      std::vector<const float*> ctx(T);
+      std::vector<float*> dst(T);
+      for (int64_t h = h0; h < h1; ++h) {
+        for (int64_t t = 0; t < T; ++t) {
+          ctx[t] = context.data_as<float>() + (t * nh + h) * rank;
+          dst[t] = out.data_as<float>() + (t * nh + h) * dv;
+        }
+        const Tensor w_uv = kv_b_.narrow(0, h * (nope + dv) + nope, dv);  // [dv, rank]
+        dot_rows(isa,
+                 {.x = ctx.data(), .n = T, .k = rank, .w = w_uv.data(), .w_dtype = w_uv.dtype(),
+                  .w_stride = w_uv.strides()[0], .y = dst.data()},
+                 0, dv);
+      }
+    });
+    return out;
+  }
+
   const ModelConfig& c_;
   const Rope& rope_;
+  ForwardTimes* times_;  // may be null
   Tensor q_, q_a_, q_b_, kv_a_, kv_b_, o_;  // [out, in] checkpoint views
   Tensor q_a_bias_, kv_a_bias_, o_bias_;    // F32 or undefined
   Tensor q_a_norm_, kv_a_norm_;             // F32
@@ -125,8 +158,8 @@ class MlaAttention final : public Attention {
 }  // namespace
 
 std::unique_ptr<Attention> make_mla_attention(const ModelConfig& config, const WeightReader& reader, int64_t layer,
-                                              const Rope& rope) {
-  return std::make_unique<MlaAttention>(config, reader, layer, rope);
+                                              const Rope& rope, ForwardTimes* times) {
+  return std::make_unique<MlaAttention>(config, reader, layer, rope, times);
 }
 
 }  // namespace moe::model

@@ -17,4 +17,8 @@ double measure_read_bandwidth(int64_t bytes = int64_t{1} << 30, int passes = 3);
 // 128 ops each; AVX2: fp32 FMA, 16 flops each), 24 independent accumulators per thread, best of `passes`.
 double measure_peak_flops(Isa isa, WeightFormat format, int passes = 3);
 
+// Flop/s of fp32 FMA on all threads (512-bit where the CPU has AVX-512F, else 256-bit), the instruction of
+// the model's dense layers and attention (16 independent accumulators per thread), best of `passes`.
+double measure_fp32_fma_peak(int passes = 3);
+
 }  // namespace moe::cpu

@@ -18,6 +18,14 @@ namespace moe::model {
 
 enum class ModelBackend : uint8_t { cpu, cuda };
 
+// Seconds spent in each part of the forward passes, summed over calls (ModelOptions::times; what
+// `moe bench --model` reports). attention_other: q/k norms, RoPE, cache writes, MLA's per-head absorbed
+// products; norms: the decoder's RMSNorms and residual adds.
+struct ForwardTimes {
+  double embedding = 0, norms = 0, attention_projections = 0, attention_core = 0, attention_other = 0;
+  double moe = 0, dense_mlp = 0, lm_head = 0, total = 0;
+};
+
 struct ModelOptions {
   ModelBackend backend = ModelBackend::cpu;
   // CPU MoE experts: `reference` computes in fp32/fp64 from the checkpoint's weights (what the fixtures
@@ -33,6 +41,8 @@ struct ModelOptions {
   // hidden_states [T, H] F32 and topk [T, k]. Expert parallelism plugs in here (moe/dist/replicated_ep.h).
   using MoeBlockFn = std::function<LayerOutput(const Tensor& x)>;
   std::function<MoeBlockFn(int64_t layer, const MoeConfig& config, MoeWeights weights)> moe_block;
+  // When set, every forward adds the time of its parts here (owned by the caller, who must outlive the model).
+  ForwardTimes* times = nullptr;
 };
 
 // What a user needs to know about a loaded model.
