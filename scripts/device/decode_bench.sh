@@ -2,9 +2,10 @@
 # On the device, one call per iteration of the fused decode path (issue 5): its GPU tests first (a hang or
 # a wrong result stops the run), then the other GPU tests, then `moe bench --backend cuda` at decode token
 # counts with the fused path (MOE_DECODE_MAX_TOKENS=8) and with the kernel chain it replaces
-# (MOE_DECODE_MAX_TOKENS=0) in the same run; PEERS=1 adds the torch peers and one side-by-side table.
+# (MOE_DECODE_MAX_TOKENS=0) in the same run; PEERS=balanced[,zipf] adds the torch peers for those routings and
+# one side-by-side table; PHASES=1 first prints the fused kernel's phase times (CudaDecode.DISABLED_PhaseTimes*).
 # Needs a carry folder from scripts/device/prepare_carry.sh: CARRY names it (default .device-carry).
-# Usage: [CHAIN=shapes] [NOPREFETCH=1] [PEERS=1] decode_bench.sh [shapes] [tokens] [routings]
+# Usage: [CHAIN=shapes] [NOPREFETCH=1] [PEERS=routings] [PHASES=1] decode_bench.sh [shapes] [tokens] [routings]
 set -uo pipefail
 carry=${CARRY:-.device-carry}
 export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -22,6 +23,10 @@ timeout 120 "$bin/cuda_tests" --gtest_filter='CudaDecode*' > "$out/tests_decode.
 rc=$?
 echo "decode tests: rc $rc $(summary "$out/tests_decode.log")"
 if [ $rc -ne 0 ]; then grep -E "Failure|Expected|Which is|seed|error|T [0-9]|choice|output" "$out/tests_decode.log" | head -30; exit 1; fi
+if [ -n "${PHASES:-}" ]; then
+  timeout 90 "$bin/cuda_tests" --gtest_also_run_disabled_tests --gtest_filter='CudaDecode.DISABLED_*' 2>&1 |
+    grep -E " T [0-9]|FAIL" | tee "$out/phases.log"
+fi
 timeout 200 "$bin/cuda_tests" --gtest_filter='-CudaDecode*' > "$out/tests_rest.log" 2>&1
 echo "other cuda_tests: rc $? $(summary "$out/tests_rest.log")"
 grep -hE "Failure|Expected|Which is|seed|error" "$out/tests_rest.log" | head -20
@@ -43,7 +48,7 @@ for routing in ${routings//,/ }; do
     [ -n "${NOPREFETCH:-}" ] && [ "$shape" = qwen3-30b-a3b ] && bench noprefetch "$shape" "$routing" \
       MOE_DECODE_MAX_TOKENS=8 MOE_DECODE_PREFETCH=0
   done
-  if [ -n "${PEERS:-}" ]; then
+  if [ -n "${PEERS:-}" ] && [[ ",${PEERS}," == *",$routing,"* ]]; then
     PYTHONUNBUFFERED=1 timeout 200 python3 scripts/device/torch_moe_peers.py "$shapes" "$tokens" "$routing" \
       > "$work/torch_${routing}.jsonl" 2>> "$out/torch.log" || echo "torch peers failed ($routing)"
   fi

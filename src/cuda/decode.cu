@@ -32,6 +32,7 @@ constexpr int kMaxExperts = 1024, kMaxTopK = 32;
 constexpr int kMaxSlots = kDecodeMaxTokens * (kMaxTopK + 1);  // routed slots + one shared slot per token
 constexpr int kUpSegChunks = 256;    // phase 1: 16-byte chunks of a weight row per task (8 per lane)
 constexpr int kDownSegChunks = 128;  // phase 2: 16-byte chunks of a down row per task (4 per lane)
+constexpr int kDownRows = 4;         // phase 2: down rows per task
 constexpr int kPartialFloats = 8192;  // phases 1 and 2 reduce through this many floats of shared memory
 
 struct DecodeParams {
@@ -52,12 +53,21 @@ struct DecodeParams {
   float* logit_parts;      // [T, gate_rows, parts]
   bf16* act;               // [T, act_stride]: activation rows of the distinct experts, then the shared one
   int64_t act_stride;
-  unsigned* barrier;  // [2]: arrivals, generation
+  unsigned* barrier;  // [1]: arrivals (see grid_barrier)
   int32_t *expert_counts, *dropped;
   float* out;
   int32_t* topk_ids;
   float* topk_weights;
+  unsigned long long* trace;       // null, or [grid, kDecodeTracePoints] %globaltimer stamps (profiling)
 };
+
+__device__ __forceinline__ void stamp(const DecodeParams& p, int point) {
+  if (p.trace != nullptr && threadIdx.x == 0) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    p.trace[blockIdx.x * kDecodeTracePoints + point] = now;
+  }
+}
 
 // Streamed weights: read once, so they skip L1 (the activations and x live there and in shared memory).
 __device__ __forceinline__ uint4 load_stream(const bf16* p) {
@@ -84,23 +94,24 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
+__device__ __forceinline__ unsigned add_release(unsigned* p, unsigned value) {
+  unsigned old;
+  asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(value) : "memory");
+  return old;
+}
+
 // All blocks of the grid (co-resident: cooperative launch) meet here; writes before are visible after.
-// barrier[0] counts arrivals and is reset by the last block before it advances barrier[1], the generation
-// the others wait on, so the counter is zero again for the next barrier and the next launch.
+// One atomic per block: block 0 adds 2^31 - (blocks - 1), the others 1, so the counter's top bit flips
+// exactly when the last block arrives and its low bits are back to zero: nothing to reset, for the next
+// barrier and the next launch alike. (A counter and a generation word took ~2-3.5 us from the last
+// arrival to the departure on the H200: three round trips to L2 and sequentially consistent fences.)
 __device__ __forceinline__ void grid_barrier(unsigned* barrier) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    const unsigned generation = load_acquire(barrier + 1);  // cannot advance before this block arrives
-    __threadfence();
-    if (atomicAdd(barrier, 1u) == gridDim.x - 1) {
-      atomicExch(barrier, 0u);
-      __threadfence();
-      atomicAdd(barrier + 1, 1u);
-    } else {
-      while (load_acquire(barrier + 1) == generation) {
-      }
+    const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+    const unsigned old = add_release(barrier, add);
+    while (((old ^ load_acquire(barrier)) & 0x80000000u) == 0) {
     }
-    __threadfence();
   }
   __syncthreads();
 }
@@ -119,6 +130,16 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
   return sum;
 }
 
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(h[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+
 // The block's share [begin, end) of n items split evenly over the grid.
 __device__ __forceinline__ int2 block_range(int64_t n) {
   return {static_cast<int>(n * blockIdx.x / gridDim.x), static_cast<int>(n * (blockIdx.x + 1) / gridDim.x)};
@@ -132,6 +153,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
   bf16* xs = reinterpret_cast<bf16*>(dynamic_smem);
   float* scratch = reinterpret_cast<float*>(dynamic_smem + ((size_t{2} * p.T * p.hidden + 15) / 16) * 16);
   __shared__ unsigned expert_mask[kMaxExperts];  // bit t: token t chose expert e
+  __shared__ float bias_s[kMaxExperts];          // the correction bias (zeros without one)
   __shared__ int entry_of[kMaxExperts];          // expert -> its entry (index among the distinct experts)
   __shared__ int entry_expert[kMaxSlots + 1];
   __shared__ unsigned entry_mask[kMaxSlots + 1];
@@ -145,6 +167,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int T = p.T, H = p.hidden, E = p.router.n_experts, k = p.router.top_k;
+  stamp(p, 0);
 
   // The block's gate rows start moving into L2 while x is staged (they are independent reads).
   const int quads = H / 4, part_quads = (quads + p.parts - 1) / p.parts;
@@ -160,9 +183,13 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
     const uint4* src = reinterpret_cast<const uint4*>(p.x);
     uint4* dst = reinterpret_cast<uint4*>(xs);
     for (int i = tid; i < T * H / 8; i += kThreads) dst[i] = src[i];
-    for (int e = tid; e < E; e += kThreads) expert_mask[e] = 0;
+    for (int e = tid; e < E; e += kThreads) {
+      expert_mask[e] = 0;
+      bias_s[e] = p.bias ? p.bias[e] : 0.0f;
+    }
   }
   __syncthreads();
+  stamp(p, 1);
 
   // ---- Phase 0: router logits, in parts. -------------------------------------------------------------
   {
@@ -197,22 +224,38 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
       __syncthreads();
     }
   }
+  stamp(p, 2);
   grid_barrier(p.barrier);
+  stamp(p, 3);
 
   // ---- Routing, redundantly in every block (same inputs, same code: same choices everywhere). --------
   const int n_slots = k + (p.S > 0 ? 1 : 0);
   if (warp < T) {
     const int t = warp;
     float* logits = scratch + t * (p.gate_rows + 2 * E);
-    for (int e = lane; e < p.gate_rows; e += 32) {
-      const float* parts = p.logit_parts + (int64_t{t} * p.gate_rows + e) * p.parts;
-      float total = 0.0f;
-      for (int q = 0; q < p.parts; ++q) total += parts[q];
-      logits[e] = total;
+    // NOTE: every load of a batch is issued before any is summed (one L2 round trip per batch, not per
+    // logit: the lanes' dependent loads made routing 5-10 us of the Qwen3 / DeepSeek-V3 T=1 launch).
+    const float* parts = p.logit_parts + int64_t{t} * p.gate_rows * p.parts;
+    for (int e0 = 0; e0 < p.gate_rows; e0 += 32 * 8) {
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = 0.0f;
+#pragma unroll 4
+      for (int q = 0; q < p.parts; ++q) {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const int e = e0 + u * 32 + lane;
+          if (e < p.gate_rows) v[u] += parts[int64_t{e} * p.parts + q];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        if (e0 + u * 32 + lane < p.gate_rows) logits[e0 + u * 32 + lane] = v[u];
     }
     __syncwarp();
     float* choice = logits + p.gate_rows;
-    select_topk(p.router, logits, p.bias, choice, choice + E, chosen_ids + t * k, chosen_weights + t * k);
+    select_topk(p.router, logits, p.bias ? bias_s : nullptr, choice, choice + E, chosen_ids + t * k,
+                chosen_weights + t * k);
     if (lane == 0) shared_scale[t] = p.shared_gated ? 1.0f / (1.0f + __expf(-logits[E])) : 1.0f;
   }
   __syncthreads();
@@ -258,6 +301,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
     slot_weight[i] = j < k ? chosen_weights[t * k + j] : shared_scale[t];
   }
   __syncthreads();
+  stamp(p, 4);
 
   // ---- Phase 1: gate+up and SwiGLU over the rows (entry, i), split evenly over the blocks. ------------
   // A task is one segment of a gate row and the matching up row; the block reduces segments in order.
@@ -285,25 +329,37 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
           g[r] = c < last ? load_stream(gate_row + c * 8) : make_uint4(0, 0, 0, 0);
           u[r] = c < last ? load_stream(up_row + c * 8) : make_uint4(0, 0, 0, 0);
         }
+        // Each weight chunk is converted once and used for every token of the expert.
+        float gs[MAXT], us[MAXT];
+#pragma unroll
+        for (int t = 0; t < MAXT; ++t) gs[t] = us[t] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int c = first + r * 32 + lane;
+          if (c >= last) continue;
+          float gf[8], uf[8];
+          unpack8(g[r], gf);
+          unpack8(u[r], uf);
+#pragma unroll
+          for (int t = 0; t < MAXT; ++t) {
+            if (t >= T || !((mask >> t) & 1u)) continue;
+            float xf[8];
+            unpack8(*reinterpret_cast<const uint4*>(xs + t * H + c * 8), xf);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              gs[t] = fmaf(gf[e], xf[e], gs[t]);
+              us[t] = fmaf(uf[e], xf[e], us[t]);
+            }
+          }
+        }
         float* out = scratch + (task * 2) * MAXT;  // [row, seg][token][gate, up]
 #pragma unroll
         for (int t = 0; t < MAXT; ++t) {
           if (t >= T || !((mask >> t) & 1u)) continue;
-          float gs = 0.0f, us = 0.0f;
-#pragma unroll
-          for (int r = 0; r < 8; ++r) {
-            const int c = first + r * 32 + lane;
-            if (c < last) {
-              const uint4 xv = *reinterpret_cast<const uint4*>(xs + t * H + c * 8);
-              gs += dot8(g[r], xv);
-              us += dot8(u[r], xv);
-            }
-          }
-          gs = warp_sum(gs);
-          us = warp_sum(us);
+          const float gt = warp_sum(gs[t]), ut = warp_sum(us[t]);
           if (lane == 0) {
-            out[2 * t] = gs;
-            out[2 * t + 1] = us;
+            out[2 * t] = gt;
+            out[2 * t + 1] = ut;
           }
         }
       }
@@ -325,6 +381,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
     }
   }
 
+  stamp(p, 5);
   // Before the barrier: this block's first down rows into L2, so that the weight stream does not pause.
   const int2 columns = block_range(H);
   {
@@ -340,50 +397,46 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
     }
   }
   grid_barrier(p.barrier);
+  stamp(p, 6);
 
   // ---- Phase 2: down and the weighted sum, over this block's output columns. --------------------------
-  // A task is (column h, token t, slot j, segment s) in that order; two tasks per warp step, so that
-  // twice the loads are in flight.
+  // A task is (group of kDownRows consecutive columns h, token t, slot j, segment s): the activation
+  // segment is loaded once for the group's rows, and the rows' loads are all in flight together (one row
+  // of 1.5 KB a task left Qwen3's down phase at ~2.5 TB/s, latency-bound).
   {
     const int per_column = T * n_slots * p.down_segs;
-    const int chunk_columns = max(1, kPartialFloats / per_column);
+    const int chunk_columns = max(kDownRows, kPartialFloats / per_column / kDownRows * kDownRows);
     for (int h0 = columns.x; h0 < columns.y; h0 += chunk_columns) {
-      const int h1 = min(columns.y, h0 + chunk_columns), tasks = (h1 - h0) * per_column;
-      for (int task0 = warp; task0 < tasks; task0 += 2 * kWarps) {
-        uint4 w[2][4], a[2][4];
-        int last[2], first[2];
+      const int h1 = min(columns.y, h0 + chunk_columns);
+      const int tasks = (h1 - h0 + kDownRows - 1) / kDownRows * per_column;
+      for (int task = warp; task < tasks; task += kWarps) {
+        const int group = task / per_column, rest = task % per_column;
+        const int slot = rest / p.down_segs, seg = rest % p.down_segs;
+        const int t = slot / n_slots, entry = slot_entry[slot];
+        const bool routed = entry < D;
+        const int n = routed ? p.I : p.S;
+        const bf16* rows = (routed ? p.w2 + int64_t{entry_expert[entry]} * H * p.I : p.shared_w2) +
+                           int64_t{h0 + group * kDownRows} * n;
+        const bf16* act = p.act + t * p.act_stride + (routed ? int64_t{entry} * p.I : int64_t{D} * p.I);
+        const int first = seg * kDownSegChunks, last = min(n / 8, first + kDownSegChunks);
+        const int valid_rows = min(kDownRows, h1 - (h0 + group * kDownRows));
+        uint4 w[kDownRows][4], a[4];
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          const int task = task0 + b * kWarps;
-          const int h = h0 + task / per_column, rest = task % per_column;
-          const int slot = rest / p.down_segs, seg = rest % p.down_segs;
-          const int t = slot / n_slots, entry = slot_entry[slot];
-          const bool routed = entry < D;
-          const int n = routed ? p.I : p.S;
-          const bf16* row =
-              (routed ? p.w2 + int64_t{entry_expert[entry]} * H * p.I : p.shared_w2) + int64_t{h} * n;
-          const bf16* act = p.act + t * p.act_stride + (routed ? int64_t{entry} * p.I : int64_t{D} * p.I);
-          first[b] = seg * kDownSegChunks;
-          last[b] = task < tasks ? min(n / 8, first[b] + kDownSegChunks) : 0;
+        for (int r = 0; r < 4; ++r) {
+          const int c = first + r * 32 + lane;
+          const bool ok = c < last;
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int c = first[b] + r * 32 + lane;
-            const bool ok = c < last[b];
-            w[b][r] = ok ? load_stream(row + c * 8) : make_uint4(0, 0, 0, 0);
-            a[b][r] = ok ? *reinterpret_cast<const uint4*>(act + c * 8) : make_uint4(0, 0, 0, 0);
-          }
+          for (int rr = 0; rr < kDownRows; ++rr)
+            w[rr][r] = ok && rr < valid_rows ? load_stream(rows + int64_t{rr} * n + c * 8) : make_uint4(0, 0, 0, 0);
+          a[r] = ok ? *reinterpret_cast<const uint4*>(act + c * 8) : make_uint4(0, 0, 0, 0);
         }
-        float sum[2];
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          sum[b] = 0.0f;
+        for (int rr = 0; rr < kDownRows; ++rr) {
+          float sum = 0.0f;
 #pragma unroll
-          for (int r = 0; r < 4; ++r) sum[b] += dot8(w[b][r], a[b][r]);  // zeros past the row
-          sum[b] = warp_sum(sum[b]);
-        }
-        if (lane == 0) {
-          scratch[task0] = sum[0];
-          if (task0 + kWarps < tasks) scratch[task0 + kWarps] = sum[1];
+          for (int r = 0; r < 4; ++r) sum += dot8(w[rr][r], a[r]);  // zeros past the row
+          sum = warp_sum(sum);
+          if (lane == 0 && rr < valid_rows) scratch[(group * kDownRows + rr) * per_column + rest] = sum;
         }
       }
       __syncthreads();
@@ -401,6 +454,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
       __syncthreads();
     }
   }
+  stamp(p, 7);
 }
 
 template <int MAXT>
@@ -457,6 +511,9 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
   MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layer_kernel<MAXT>, p));
 }
 
+unsigned long long* g_trace = nullptr;  // decode_trace: the stamps of traced launches
+int g_trace_blocks = 0;
+
 int64_t env_int(const char* name, int64_t fallback) {
   const char* value = std::getenv(name);
   return value && *value ? std::strtoll(value, nullptr, 10) : fallback;
@@ -466,9 +523,11 @@ int64_t env_int(const char* name, int64_t fallback) {
 
 int64_t decode_token_limit(const routing::RouterConfig& c, int64_t hidden, int64_t gate_rows) {
   if (c.n_experts > kMaxExperts || c.top_k > kMaxTopK || c.n_group > 32 || hidden % 8 != 0) return 0;
-  // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29 decode section); MOE_DECODE_MAX_TOKENS
-  // overrides it (0 turns the fused path off) for measuring both paths on one machine.
-  int64_t limit = std::clamp<int64_t>(env_int("MOE_DECODE_MAX_TOKENS", 1), 0, kDecodeMaxTokens);
+  // NOTE: 2 is measured on the H200 (bench/RESULTS.md, 2026-11-29 decode section): the fused path beats
+  // the kernel chain at T <= 2 on all three bench shapes and loses from T = 4 (its CUDA-core dot products
+  // against the chain's tensor cores once experts see several tokens). MOE_DECODE_MAX_TOKENS overrides it
+  // (0 turns the fused path off) for measuring both paths on one machine.
+  int64_t limit = std::clamp<int64_t>(env_int("MOE_DECODE_MAX_TOKENS", 2), 0, kDecodeMaxTokens);
   const size_t router_floats = size_t(gate_rows + 2 * c.n_experts);
   while (limit > 0 && (size_t{2} * limit * hidden + 16 + std::max<size_t>(4 * limit * router_floats, 4 * kPartialFloats) +
                        (24u << 10)) > static_cast<size_t>(device_limits().smem_optin))
@@ -514,6 +573,9 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
   p.up_segs = static_cast<int>((hidden / 8 + kUpSegChunks - 1) / kUpSegChunks);
   p.down_segs = static_cast<int>((std::max(w.intermediate, w.shared_intermediate) / 8 + kDownSegChunks - 1) /
                                  kDownSegChunks);
+  MOE_CUDA_REQUIRE(int64_t{kDownRows} * n_tokens * (c.top_k + 1) * p.down_segs <= kPartialFloats,
+                   "the fused decode path's down phase cannot reduce " + std::to_string(n_tokens) +
+                       " tokens of k = " + std::to_string(c.top_k) + " in shared memory: lower MOE_DECODE_MAX_TOKENS");
   static const int64_t prefetch = env_int("MOE_DECODE_PREFETCH", 192 << 10);
   p.prefetch_bytes = static_cast<int>(prefetch);
   p.logit_parts = scratch.logit_parts;
@@ -525,10 +587,29 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
   p.out = out;
   p.topk_ids = topk_ids;
   p.topk_weights = topk_weights;
+  p.trace = g_trace;
   if (n_tokens == 1) launch<1>(p, stream);
   else if (n_tokens == 2) launch<2>(p, stream);
   else if (n_tokens <= 4) launch<4>(p, stream);
   else launch<8>(p, stream);
+}
+
+void decode_trace(bool on) {
+  if (on && g_trace == nullptr) {
+    g_trace_blocks = device_limits().sms;
+    MOE_CUDA_CHECK(cudaMalloc(&g_trace, size_t{8} * g_trace_blocks * kDecodeTracePoints));
+  } else if (!on && g_trace != nullptr) {
+    MOE_CUDA_CHECK(cudaFree(g_trace));
+    g_trace = nullptr;
+  }
+}
+
+std::vector<uint64_t> decode_trace_read() {
+  std::vector<uint64_t> stamps(size_t(g_trace_blocks) * kDecodeTracePoints);
+  if (g_trace == nullptr) return {};
+  MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  MOE_CUDA_CHECK(cudaMemcpy(stamps.data(), g_trace, stamps.size() * 8, cudaMemcpyDeviceToHost));
+  return stamps;
 }
 
 }  // namespace moe::cuda

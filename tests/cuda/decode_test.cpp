@@ -3,9 +3,13 @@
 // experts plain and sigmoid-gated, 1..8 tokens, sizes that split rows into several segments; the same
 // choices and weights as the CPU router, every output written, the load counters, and graph replays on
 // fresh inputs equal to eager runs (which also proves the grid barrier resets between launches).
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "moe/cuda/moe_layer.h"
@@ -165,6 +169,121 @@ TEST(CudaDecode, GraphReplayOnNewInputs) {
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+// The trace stamps of one launch: per block in phase order, and no block past a grid barrier before every
+// block has reached it.
+TEST(CudaDecode, GridBarriersOrderThePhases) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  const DecodeLimit limit(2);
+  const MoeConfig config = parse_moe_config(test::cuda_case_config("qwen3_moe", 512, 128, 32, 4));
+  const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
+  decode_trace(true);
+  expect_decode_matches_cpu(config, weights, rng, 2, "traced");
+  const std::vector<uint64_t> stamps = decode_trace_read();
+  decode_trace(false);
+  const size_t blocks = stamps.size() / kDecodeTracePoints;
+  ASSERT_GT(blocks, 0u);
+  auto at = [&](size_t b, int point) { return stamps[b * kDecodeTracePoints + point]; };
+  for (int barrier : {2, 5}) {  // stamps 2 and 5 are taken before the barriers, 3 and 6 after
+    uint64_t last_arrival = 0, first_departure = ~uint64_t{0};
+    for (size_t b = 0; b < blocks; ++b) {
+      last_arrival = std::max(last_arrival, at(b, barrier));
+      first_departure = std::min(first_departure, at(b, barrier + 1));
+    }
+    EXPECT_GE(first_departure, last_arrival) << "barrier after stamp " << barrier;
+  }
+  for (size_t b = 0; b < blocks; ++b)
+    for (int point = 1; point < kDecodeTracePoints; ++point) EXPECT_GE(at(b, point), at(b, point - 1)) << b;
+}
+
+// Not a test: a measurement harness for the device scripts (run with --gtest_also_run_disabled_tests). Times
+// graph replays of the fused path on the bench shapes over 8 rotating inputs, then prints where one
+// launch spends its time: per phase boundary, the median and the latest block, from the first entry.
+TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
+  MOE_SKIP_WITHOUT_GPU();
+  const DecodeLimit limit(8);
+  struct Shape {
+    const char* name;
+    const char* type;
+    int64_t H, I;
+    int E, k;
+  };
+  for (Shape sh : {Shape{"qwen3-30b-a3b", "qwen3_moe", 2048, 768, 128, 8},
+                   Shape{"deepseek-v3", "deepseek_v3", 7168, 2048, 256, 8},
+                   Shape{"mixtral-8x7b", "mixtral", 4096, 14336, 8, 2}}) {
+    MoeConfig config = parse_moe_config(test::cuda_case_config(sh.type, sh.H, sh.I, sh.E, sh.k));
+    config.shared = SharedExpertKind::none;  // as in moe bench
+    config.shared_intermediate_size = 0;
+    const MoeWeights weights = random_moe_weights(config, 1234, DType::BF16);
+    const int64_t Tm = 8, H = sh.H;
+    CudaMoeLayer gpu(config, weights, {.max_tokens = Tm});
+    std::vector<std::unique_ptr<test::Device<uint16_t>>> inputs;
+    for (int i = 0; i < 8; ++i) {
+      const Tensor x = random_tensor({Tm, H}, 1.0f, 500 + i, DType::BF16);
+      inputs.push_back(std::make_unique<test::Device<uint16_t>>(
+          std::vector<uint16_t>(x.data_as<uint16_t>(), x.data_as<uint16_t>() + Tm * H)));
+    }
+    test::Device<float> d_out(Tm * H), d_weights(Tm * sh.k);
+    test::Device<int32_t> d_ids(Tm * sh.k);
+    cudaStream_t stream;
+    MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (int64_t T : {1, 2, 4, 8}) {
+      std::vector<cudaGraphExec_t> graphs(8);
+      for (int i = 0; i < 8; ++i) {
+        auto forward = [&] {
+          gpu.forward(reinterpret_cast<const bf16*>(inputs[i]->get()), T, d_out.get(), d_ids.get(), d_weights.get(),
+                      stream);
+        };
+        forward();
+        cudaGraph_t graph;
+        MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        forward();
+        MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        MOE_CUDA_CHECK(cudaGraphInstantiate(&graphs[i], graph, 0));
+        cudaGraphDestroy(graph);
+      }
+      std::vector<cudaEvent_t> events(61);
+      for (auto& e : events) MOE_CUDA_CHECK(cudaEventCreate(&e));
+      for (int r = 0; r < 16; ++r) MOE_CUDA_CHECK(cudaGraphLaunch(graphs[r % 8], stream));
+      for (int r = 0; r < 60; ++r) {
+        MOE_CUDA_CHECK(cudaEventRecord(events[r], stream));
+        MOE_CUDA_CHECK(cudaGraphLaunch(graphs[r % 8], stream));
+      }
+      MOE_CUDA_CHECK(cudaEventRecord(events[60], stream));
+      MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<float> us(60);
+      for (int r = 0; r < 60; ++r) {
+        MOE_CUDA_CHECK(cudaEventElapsedTime(&us[r], events[r], events[r + 1]));
+        us[r] *= 1e3f;
+      }
+      std::sort(us.begin(), us.end());
+      for (auto& e : events) cudaEventDestroy(e);
+      for (auto g : graphs) cudaGraphExecDestroy(g);
+      // One traced launch right after a launch on another input (its experts cold in L2, as in the replays).
+      gpu.forward(reinterpret_cast<const bf16*>(inputs[2]->get()), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
+      decode_trace(true);
+      gpu.forward(reinterpret_cast<const bf16*>(inputs[3]->get()), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
+      const std::vector<uint64_t> stamps = decode_trace_read();
+      decode_trace(false);
+      const size_t blocks = stamps.size() / kDecodeTracePoints;
+      uint64_t origin = ~uint64_t{0};
+      for (size_t b = 0; b < blocks; ++b) origin = std::min(origin, stamps[b * kDecodeTracePoints]);
+      std::string line = std::string(sh.name) + " T " + std::to_string(T) + ": replay median " +
+                         std::to_string(us[30]).substr(0, 6) + " us; stamps (median / last block, us from first entry):";
+      for (int point = 0; point < kDecodeTracePoints; ++point) {
+        std::vector<double> v(blocks);
+        for (size_t b = 0; b < blocks; ++b) v[b] = (stamps[b * kDecodeTracePoints + point] - origin) * 1e-3;
+        std::sort(v.begin(), v.end());
+        line += " " + std::to_string(point) + ":" + std::to_string(v[blocks / 2]).substr(0, 5) + "/" +
+                std::to_string(v.back()).substr(0, 5);
+      }
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
     cudaStreamDestroy(stream);
   }
 }

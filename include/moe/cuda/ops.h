@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "moe/routing/router.h"
 
@@ -178,7 +179,7 @@ struct DecodeScratch {
   float* logit_parts;      // decode_logit_parts(gate_rows, max_tokens) floats
   bf16* act;               // [max_tokens, act_stride]
   int64_t act_stride;      // decode_act_stride(...)
-  unsigned* barrier;       // [2], zero before the first call (each call leaves it ready for the next)
+  unsigned* barrier;       // [1], zero before the first call (each call leaves it valid for the next)
   int32_t* expert_counts;  // [E]
   int32_t* dropped;        // [E]
 };
@@ -192,5 +193,11 @@ int64_t decode_logit_parts(int64_t gate_rows, int64_t max_tokens);
 void decode_layer(const routing::RouterConfig& config, const DecodeWeights& weights, int64_t hidden, const bf16* x,
                   int64_t n_tokens, const DecodeScratch& scratch, float* out, int32_t* topk_ids, float* topk_weights,
                   cudaStream_t stream);
+// Profiling: while on, every decode_layer launch has thread 0 of each block record %globaltimer (ns) at its
+// phase boundaries: entry, x staged, router done, barrier 1 passed, routed, gate+up done, barrier 2 passed,
+// exit. decode_trace_read synchronises and returns [blocks, kDecodeTracePoints] of the last launch.
+constexpr int kDecodeTracePoints = 8;
+void decode_trace(bool on);
+std::vector<uint64_t> decode_trace_read();
 
 }  // namespace moe::cuda
