@@ -41,10 +41,11 @@ inline float to_f32(F16 v) {
 // every weight row of a thread's range passes over them, so each weight row is read once per block.
 inline constexpr int64_t kTokenBlock = 64;
 
-// y[n][o + r] = Σ_k x[n][k] · w[o + r][k] for r < R, n < N: R·N independent accumulators.
+// y[n][o + r] = Σ_k x[n][k] · w[o + r][k] for r < R, n < N: R·N independent accumulators. `ahead`, when
+// set, is the next tile's first row: its rows are prefetched in step with this tile's stream.
 template <class Ops, class W, int R, int N>
 [[gnu::always_inline]] inline void dot_tile(const W* w, int64_t w_stride, const float* const* x,
-                                            int64_t k_len, float* const* y, int64_t o) {
+                                            int64_t k_len, float* const* y, int64_t o, const W* ahead) {
   using V = typename Ops::V;
   V acc[R][N];
 #pragma GCC unroll 8
@@ -53,6 +54,9 @@ template <class Ops, class W, int R, int N>
     for (int n = 0; n < N; ++n) acc[r][n] = Ops::zero();
   int64_t k = 0;
   for (; k + Ops::kLanes <= k_len; k += Ops::kLanes) {
+    if (ahead)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) __builtin_prefetch(ahead + r * w_stride + k);
     V wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wv[r] = Ops::load(w + r * w_stride + k);
@@ -73,15 +77,18 @@ template <class Ops, class W, int R, int N>
     }
 }
 
-// One weight tile of R rows against every token of [t0, t1), in panels of Ops::kPanel.
+// One weight tile of R rows against every token of [t0, t1), in panels of Ops::kPanel. The first panel
+// prefetches the next tile (`ahead`, or null at the end of the range).
+// NOTE: a weight row of 2048 BF16 values is one 4 KiB page of the mapped checkpoint, and the hardware
+// prefetchers stop at page boundaries: without this every row would start with a full DRAM latency.
 template <class Ops, class W, int R, int... Ns>
 void dot_panels(const W* w, int64_t w_stride, const DotTask& t, int64_t t0, int64_t t1, int64_t o,
-                std::integer_sequence<int, Ns...>) {
+                const W* ahead, std::integer_sequence<int, Ns...>) {
   constexpr int N = Ops::kPanel;
   int64_t i = t0;
-  for (; i + N <= t1; i += N) dot_tile<Ops, W, R, N>(w, w_stride, t.x + i, t.k, t.y + i, o);
+  for (; i + N <= t1; i += N, ahead = nullptr) dot_tile<Ops, W, R, N>(w, w_stride, t.x + i, t.k, t.y + i, o, ahead);
   const int64_t rest = t1 - i;
-  ((rest == Ns + 1 ? dot_tile<Ops, W, R, Ns + 1>(w, w_stride, t.x + i, t.k, t.y + i, o) : void()), ...);
+  ((rest == Ns + 1 ? dot_tile<Ops, W, R, Ns + 1>(w, w_stride, t.x + i, t.k, t.y + i, o, ahead) : void()), ...);
 }
 
 template <class Ops, class W>
@@ -92,8 +99,11 @@ void dot_rows_typed(const DotTask& t, int64_t o0, int64_t o1) {
   for (int64_t t0 = 0; t0 < t.n; t0 += kTokenBlock) {
     const int64_t t1 = std::min(t.n, t0 + kTokenBlock);
     int64_t o = o0;
-    for (; o + R <= o1; o += R) dot_panels<Ops, W, R>(w + o * t.w_stride, t.w_stride, t, t0, t1, o, tails);
-    for (; o < o1; ++o) dot_panels<Ops, W, 1>(w + o * t.w_stride, t.w_stride, t, t0, t1, o, tails);
+    for (; o + R <= o1; o += R) {
+      const W* ahead = o + 2 * R <= o1 ? w + (o + R) * t.w_stride : nullptr;
+      dot_panels<Ops, W, R>(w + o * t.w_stride, t.w_stride, t, t0, t1, o, ahead, tails);
+    }
+    for (; o < o1; ++o) dot_panels<Ops, W, 1>(w + o * t.w_stride, t.w_stride, t, t0, t1, o, nullptr, tails);
   }
 }
 
