@@ -105,6 +105,13 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   for (const auto& [name, shard] : index["weight_map"].items()) {
     MOE_CHECK(shard.is_string() && !shard.get<std::string>().empty(),
               "index file '{}': weight_map entry '{}' is {}, expected a shard file name", file, name, shard.dump());
+    // NOTE: a shard is a file of the checkpoint's directory: an index must not reach other files (an absolute
+    // path, "..") on the machine that loads it.
+    const fs::path shard_path(shard.get<std::string>());
+    const bool inside = shard_path.is_relative() &&
+                        std::none_of(shard_path.begin(), shard_path.end(), [](const fs::path& part) { return part == ".."; });
+    MOE_CHECK(inside, "index file '{}': weight_map entry '{}' names shard '{}', outside the checkpoint directory: shard "
+              "names must be relative paths without '..'", file, name, shard.get<std::string>());
     weight_map.emplace(name, shard.get<std::string>());
   }
   return weight_map;

@@ -26,7 +26,9 @@ constexpr const char* kSupportedDTypes = "F32 BF16 F16 F8_E4M3 I8 U8 I32 I64";
 
 // The whole file, read-only; the returned owner unmaps it.
 std::shared_ptr<const void> map_file(const std::filesystem::path& path, size_t& size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // NOTE: O_NONBLOCK so that a FIFO named as a checkpoint fails the regular-file check below instead of
+  // blocking the open (it does not affect reads of a regular file).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   MOE_CHECK(fd >= 0, "cannot open safetensors file '{}': {}", path.string(), std::strerror(errno));
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
@@ -244,8 +246,18 @@ const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
 
 Tensor SafetensorsFile::get(const std::string& name) const {
   const SafetensorsEntry& e = entry(name);
+  const char* data = data_section_ + e.begin;
+  // NOTE: the format does not align tensors (offsets are contiguous; a BF16 tensor of odd size leaves the next
+  // F32 one at 2 mod 4), and reading a float through a misaligned pointer is undefined behaviour (UBSan
+  // reports it): such a tensor is copied into aligned memory. Files written in descending dtype size, as the
+  // reference writer does, are always aligned and stay zero-copy.
+  if (reinterpret_cast<uintptr_t>(data) % dtype_size(e.dtype) != 0) {
+    Tensor copy = Tensor::empty(e.dtype, e.shape);
+    std::memcpy(copy.data(), data, copy.nbytes());
+    return copy;
+  }
   // NOTE: the mapping is PROT_READ; the const_cast only fits Tensor's pointer type, writes would fault.
-  return Tensor::view(const_cast<char*>(data_section_ + e.begin), e.dtype, e.shape, mapping_);
+  return Tensor::view(const_cast<char*>(data), e.dtype, e.shape, mapping_);
 }
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
@@ -260,9 +272,15 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<std:
     MOE_CHECK(inserted, "cannot write '{}': duplicate tensor name '{}'", path.string(), name);
   }
 
+  // NOTE: data in descending dtype size, then name order (as the reference writer lays it out), so that every
+  // tensor starts at a multiple of its element size and reads back as a zero-copy view.
+  std::vector<std::pair<std::string, Tensor>> layout(sorted.begin(), sorted.end());
+  std::stable_sort(layout.begin(), layout.end(), [](const auto& a, const auto& b) {
+    return dtype_size(a.second.dtype()) > dtype_size(b.second.dtype());
+  });
   json header = json::object();
   uint64_t offset = 0;
-  for (const auto& [name, tensor] : sorted) {
+  for (const auto& [name, tensor] : layout) {
     const uint64_t end = offset + tensor.nbytes();
     header[name] = {{"dtype", std::string(dtype_name(tensor.dtype()))},
                     {"shape", tensor.shape()},
@@ -283,7 +301,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<std:
   AtomicFile out(path);
   out.write(length, sizeof(length));
   out.write(text.data(), text.size());
-  for (const auto& [name, tensor] : sorted) out.write(tensor.data(), tensor.nbytes());
+  for (const auto& [name, tensor] : layout) out.write(tensor.data(), tensor.nbytes());
   out.commit();
 }
 

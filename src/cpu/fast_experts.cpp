@@ -65,8 +65,18 @@ void for_each_panel(int64_t count, int panel, const F& f) {
 // Per-token symmetric int8 of a row of n values, stored as u8 = q + 128 (vpdpbusd multiplies u8 by s8).
 float quantize_row_u8(const float* v, int64_t n, int64_t n_pad, uint8_t* q) {
   float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
-  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    amax = std::max(amax, std::fabs(v[i]));
+    nan |= v[i] != v[i];
+  }
+  // NOTE: Inf or NaN (an activation that overflowed float: huge weights) has no int8 value, and converting it
+  // is undefined behaviour; the bf16 experts carry it through as the reference does.
+  MOE_CHECK(std::isfinite(amax) && !nan,
+            "int8 experts: an activation row of {} values holds Inf or NaN (the weights overflow float); use "
+            "--cpu-weights bf16", n);
+  // NOTE: 127 / amax overflows for a row of subnormals (0 * inf would be a NaN): such a row quantises to zeros.
+  const float inverse = amax > 0.0f && std::isfinite(127.0f / amax) ? 127.0f / amax : 0.0f;
   // NOTE: rounding half away from zero by truncation, which the compiler vectorises (std::nearbyint is a
   // library call per element on baseline x86-64, and this runs over every activation).
   for (int64_t i = 0; i < n; ++i) {

@@ -1,6 +1,7 @@
 // Repacking of SwiGLU weights into the fast kernels' layout (fast_kernels.h), once at load time.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -44,6 +45,10 @@ PackedMatrix pack_matrix(int64_t n_blocks, int64_t k, int64_t k_pad, WeightForma
     return m;
   }
   // int8: symmetric per output row, from the bf16-rounded values (the same weights the bf16 path runs).
+  // NOTE: the compensation 128 * sum(q) of a row is an int32 with |q| <= 127, which bounds k.
+  constexpr int64_t kMaxInt8K = std::numeric_limits<int32_t>::max() / (128 * 127);
+  MOE_CHECK(k <= kMaxInt8K, "int8 weights support reduction lengths up to {} (the int32 row sums), got {}: use "
+            "--cpu-weights bf16", kMaxInt8K, k);
   m.data = Tensor::zeros(DType::I8, {n_elements});
   m.scale.assign(n_rows, 0.0f);
   m.comp.assign(n_rows, 0);
@@ -54,12 +59,18 @@ PackedMatrix pack_matrix(int64_t n_blocks, int64_t k, int64_t k_pad, WeightForma
       if (!src.tensor) continue;
       weight_row_f32(*src.tensor, src.row, row.data());
       float amax = 0.0f;
+      bool nan = false;  // (std::max skips a NaN)
       for (int64_t i = 0; i < k; ++i) {
         row[i] = bf16_to_f32(f32_to_bf16(row[i]));
         amax = std::max(amax, std::fabs(row[i]));
+        nan |= row[i] != row[i];
       }
+      // NOTE: NaN or Inf has no int8 value (converting it is undefined behaviour): a corrupt checkpoint.
+      MOE_CHECK(std::isfinite(amax) && !nan, "a weight row ({} values) holds NaN or Inf: the checkpoint is corrupt", k);
       const float scale = amax / 127.0f;
-      const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+      // NOTE: a row of subnormals (amax < 127 / FLT_MAX) makes 127 / amax infinite and 0 * inf a NaN: such a
+      // row quantises to zeros.
+      const float inverse = amax > 0.0f && std::isfinite(127.0f / amax) ? 127.0f / amax : 0.0f;
       int32_t sum = 0;
       int8_t* block = dst + b * kBlockRows * k_pad;
       for (int64_t i = 0; i < k; ++i) {

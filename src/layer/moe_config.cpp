@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <optional>
 
 #include <fmt/ranges.h>
 
 #include "moe/core/check.h"
+#include "moe/core/tensor.h"
 
 namespace moe {
 
@@ -33,8 +35,13 @@ int64_t int_key(const json& c, const char* key, std::optional<int64_t> fallback)
     return *fallback;
   }
   const json& v = **value;
-  MOE_CHECK(v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
-            "config.json key '{}' must be an integer, got {}", key, v.dump());
+  // NOTE: a float such as 8.0 is accepted (some exporters write them), within +-2^53 where doubles are exact;
+  // casting a larger one (1e300) to an integer would be undefined behaviour.
+  const bool integral_float = v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+                              std::fabs(v.get<double>()) <= 9007199254740992.0;
+  MOE_CHECK(v.is_number_integer() || integral_float, "config.json key '{}' must be an integer, got {}", key, v.dump());
+  MOE_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
+            "config.json key '{}' = {} is out of range", key, v.dump());
   return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
 }
 
@@ -45,11 +52,31 @@ int64_t int_key_any(const json& c, std::initializer_list<const char*> keys, std:
   return int_key(c, *keys.begin(), fallback);
 }
 
+// A size of the model (hidden_size, an intermediate size): sizes from a file are bounded before anything is
+// allocated or multiplied with them. 2^24 is far above any model today (DeepSeek-V3: hidden 7168), and a
+// product of two bounded sizes cannot overflow int64.
+constexpr int64_t kMaxModelSize = int64_t{1} << 24;
+
+int64_t size_key(const json& c, std::initializer_list<const char*> keys, std::optional<int64_t> fallback) {
+  const int64_t v = int_key_any(c, keys, fallback);
+  MOE_CHECK(v <= kMaxModelSize, "config.json key '{}' = {} is out of range (at most {})", *keys.begin(), v,
+            kMaxModelSize);
+  return v;
+}
+
 double float_key(const json& c, const char* key, double fallback) {
   const auto value = find_key(c, key);
   if (!value) return fallback;
   MOE_CHECK((*value)->is_number(), "config.json key '{}' must be a number, got {}", key, (*value)->dump());
   return (*value)->get<double>();
+}
+
+// A float32 setting: a double beyond float's range (converting it would be undefined behaviour) is an error.
+float float32_key(const json& c, const char* key, double fallback) {
+  const double v = float_key(c, key, fallback);
+  MOE_CHECK(std::fabs(v) <= std::numeric_limits<float>::max(), "config.json key '{}' = {} is out of float range",
+            key, v);
+  return static_cast<float>(v);
 }
 
 bool bool_key(const json& c, const char* key, bool fallback) {
@@ -72,8 +99,8 @@ int to_int(int64_t v, const char* key) {
 }
 
 void parse_mixtral(const json& c, MoeConfig& m) {
-  m.hidden_size = int_key(c, "hidden_size", 4096);
-  m.expert_intermediate_size = int_key(c, "intermediate_size", 14336);
+  m.hidden_size = size_key(c, {"hidden_size"}, 4096);
+  m.expert_intermediate_size = size_key(c, {"intermediate_size"}, 14336);
   m.router.n_experts = to_int(int_key_any(c, {"num_local_experts", "num_experts"}, 8), "num_local_experts");
   m.router.top_k = to_int(int_key(c, "num_experts_per_tok", 2), "num_experts_per_tok");
   m.router.norm_topk_prob = true;  // Mixtral always renormalises; it has no norm_topk_prob key
@@ -81,51 +108,54 @@ void parse_mixtral(const json& c, MoeConfig& m) {
 }
 
 void parse_qwen2_moe(const json& c, MoeConfig& m) {
-  m.hidden_size = int_key(c, "hidden_size", 2048);
-  m.expert_intermediate_size = int_key(c, "moe_intermediate_size", 1408);
+  m.hidden_size = size_key(c, {"hidden_size"}, 2048);
+  m.expert_intermediate_size = size_key(c, {"moe_intermediate_size"}, 1408);
   m.router.n_experts = to_int(int_key(c, "num_experts", 60), "num_experts");
   m.router.top_k = to_int(int_key(c, "num_experts_per_tok", 4), "num_experts_per_tok");
   m.router.norm_topk_prob = bool_key(c, "norm_topk_prob", false);
-  m.shared_intermediate_size = int_key(c, "shared_expert_intermediate_size", 5632);
+  m.shared_intermediate_size = size_key(c, {"shared_expert_intermediate_size"}, 5632);
   m.shared = m.shared_intermediate_size > 0 ? SharedExpertKind::sigmoid_gated : SharedExpertKind::none;
 }
 
 void parse_qwen3_moe(const json& c, MoeConfig& m) {
-  m.hidden_size = int_key(c, "hidden_size", 2048);
-  m.expert_intermediate_size = int_key(c, "moe_intermediate_size", 768);
+  m.hidden_size = size_key(c, {"hidden_size"}, 2048);
+  m.expert_intermediate_size = size_key(c, {"moe_intermediate_size"}, 768);
   m.router.n_experts = to_int(int_key_any(c, {"num_experts", "num_local_experts"}, 128), "num_experts");
   m.router.top_k = to_int(int_key(c, "num_experts_per_tok", 8), "num_experts_per_tok");
   m.router.norm_topk_prob = bool_key(c, "norm_topk_prob", false);
 }
 
 void parse_olmoe(const json& c, MoeConfig& m) {
-  m.hidden_size = int_key(c, "hidden_size", 2048);
-  m.expert_intermediate_size = int_key(c, "intermediate_size", 2048);
+  m.hidden_size = size_key(c, {"hidden_size"}, 2048);
+  m.expert_intermediate_size = size_key(c, {"intermediate_size"}, 2048);
   m.router.n_experts = to_int(int_key_any(c, {"num_experts", "num_local_experts"}, 64), "num_experts");
   m.router.top_k = to_int(int_key(c, "num_experts_per_tok", 8), "num_experts_per_tok");
   m.router.norm_topk_prob = bool_key(c, "norm_topk_prob", false);
 }
 
 void parse_deepseek_common(const json& c, MoeConfig& m, int64_t n_shared_default) {
-  m.expert_intermediate_size = int_key(c, "moe_intermediate_size", m.model_type == "deepseek_v2" ? 1407 : 2048);
+  m.expert_intermediate_size = size_key(c, {"moe_intermediate_size"}, m.model_type == "deepseek_v2" ? 1407 : 2048);
   // An explicit null means no shared experts (DeepSeek's own code tests `is not None`).
   const bool shared_null = c.contains("n_shared_experts") && c["n_shared_experts"].is_null();
   const int64_t n_shared = shared_null ? 0 : int_key(c, "n_shared_experts", n_shared_default);
   MOE_CHECK(n_shared >= 0, "n_shared_experts must not be negative, got {}", n_shared);
-  m.shared_intermediate_size = n_shared * m.expert_intermediate_size;
+  m.shared_intermediate_size = checked_mul(n_shared, m.expert_intermediate_size, "n_shared_experts x moe_intermediate_size");
+  MOE_CHECK(m.shared_intermediate_size <= kMaxModelSize,
+            "n_shared_experts ({}) x moe_intermediate_size ({}) = {} is out of range (at most {})", n_shared,
+            m.expert_intermediate_size, m.shared_intermediate_size, kMaxModelSize);
   m.shared = m.shared_intermediate_size > 0 ? SharedExpertKind::plain : SharedExpertKind::none;
   m.first_k_dense_replace = int_key(c, "first_k_dense_replace", m.model_type == "deepseek_v2" ? 0 : 3);
 }
 
 void parse_deepseek_v2(const json& c, MoeConfig& m) {
-  m.hidden_size = int_key(c, "hidden_size", 4096);
+  m.hidden_size = size_key(c, {"hidden_size"}, 4096);
   // transformers' attribute_map: num_experts -> n_routed_experts.
   m.router.n_experts = to_int(int_key_any(c, {"n_routed_experts", "num_experts"}, 64), "n_routed_experts");
   m.router.top_k = to_int(int_key(c, "num_experts_per_tok", std::nullopt), "num_experts_per_tok");
   // NOTE: transformers' DeepSeek-V2 router ignores norm_topk_prob (weights = p · routed_scaling_factor);
   // DeepSeek's own code normalises instead. Released V2 checkpoints set it false, where both agree.
   m.router.norm_topk_prob = false;
-  m.router.routed_scaling_factor = static_cast<float>(float_key(c, "routed_scaling_factor", 1.0));
+  m.router.routed_scaling_factor = float32_key(c, "routed_scaling_factor", 1.0);
   const std::string method = string_key(c, "topk_method", "greedy");
   if (method == "greedy") {
     m.router.method = RoutingMethod::softmax_topk;
@@ -140,7 +170,7 @@ void parse_deepseek_v2(const json& c, MoeConfig& m) {
 }
 
 void parse_deepseek_v3(const json& c, MoeConfig& m) {
-  m.hidden_size = int_key(c, "hidden_size", 7168);
+  m.hidden_size = size_key(c, {"hidden_size"}, 7168);
   m.router.method = RoutingMethod::noaux_tc;  // transformers ignores topk_method and scoring_func for V3
   // transformers' attribute_map: num_local_experts -> n_routed_experts.
   m.router.n_experts = to_int(int_key_any(c, {"n_routed_experts", "num_local_experts"}, 256), "n_routed_experts");
@@ -148,7 +178,7 @@ void parse_deepseek_v3(const json& c, MoeConfig& m) {
   m.router.n_group = to_int(int_key(c, "n_group", 8), "n_group");
   m.router.topk_group = to_int(int_key(c, "topk_group", 4), "topk_group");
   m.router.norm_topk_prob = bool_key(c, "norm_topk_prob", true);
-  m.router.routed_scaling_factor = static_cast<float>(float_key(c, "routed_scaling_factor", 2.5));
+  m.router.routed_scaling_factor = float32_key(c, "routed_scaling_factor", 2.5);
   m.router_has_correction_bias = true;
   parse_deepseek_common(c, m, 1);
 }

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <climits>
 #include <fstream>
 
 #include "json_keys.h"
@@ -38,8 +39,8 @@ std::vector<int32_t> token_ids(const json& c, const char* key, std::optional<int
   if (it->is_null()) return {};
   std::vector<int32_t> ids;
   for (const json& v : it->is_array() ? *it : json::array({*it})) {
-    MOE_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, "'{}' must be a token id or a list of them, got {}",
-              key, it->dump());
+    MOE_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX,
+              "'{}' must be a token id or a list of them, got {}", key, it->dump());
     ids.push_back(v.get<int32_t>());
   }
   return ids;
@@ -63,7 +64,7 @@ void parse_rope(const json& c, ModelConfig& m, double default_theta) {
   } else if (type == "yarn") {
     m.rope.type = RopeType::yarn;
     m.rope.original_max_position_embeddings =
-        get_int(params, "original_max_position_embeddings", m.max_position_embeddings);
+        get_size(params, "original_max_position_embeddings", m.max_position_embeddings);
     m.rope.factor = get_double(params, "factor",
                                double(m.max_position_embeddings) / double(m.rope.original_max_position_embeddings));
     // `x or default` in transformers: 0 counts as unset.
@@ -91,7 +92,7 @@ void parse_rope(const json& c, ModelConfig& m, double default_theta) {
 
 void parse_gqa(const json& c, ModelConfig& m) {
   m.attention = AttentionKind::gqa;
-  m.head_dim = get_int(c, "head_dim", m.hidden_size / m.num_heads);
+  m.head_dim = get_size(c, "head_dim", m.hidden_size / m.num_heads);
   MOE_CHECK(m.head_dim > 0 && m.head_dim % 2 == 0, "head_dim must be a positive even number, got {}", m.head_dim);
   MOE_CHECK(m.num_kv_heads > 0 && m.num_heads % m.num_kv_heads == 0,
             "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", m.num_heads, m.num_kv_heads);
@@ -105,8 +106,8 @@ void parse_gqa(const json& c, ModelConfig& m) {
   if (t == "olmoe") m.clip_qkv = get_double(c, "clip_qkv", 0);
   MOE_CHECK(m.clip_qkv >= 0, "clip_qkv must not be negative, got {}", m.clip_qkv);
   // Sliding-window attention, where the family's config turns it on.
-  if (t == "mixtral" || t == "olmoe") m.sliding_window = get_int(c, "sliding_window", 0);
-  else if (get_bool(c, "use_sliding_window", false)) m.sliding_window = get_int(c, "sliding_window", 4096);
+  if (t == "mixtral" || t == "olmoe") m.sliding_window = get_size(c, "sliding_window", 0);
+  else if (get_bool(c, "use_sliding_window", false)) m.sliding_window = get_size(c, "sliding_window", 4096);
   MOE_CHECK(m.sliding_window >= 0, "sliding_window must not be negative, got {}", m.sliding_window);
   m.softmax_scale = 1.0 / std::sqrt(double(m.head_dim));
   m.rope.dim = m.head_dim;
@@ -116,12 +117,12 @@ void parse_gqa(const json& c, ModelConfig& m) {
 void parse_mla(const json& c, ModelConfig& m) {
   m.attention = AttentionKind::mla;
   const bool v3 = m.model_type == "deepseek_v3";
-  m.q_lora_rank = get_int(c, "q_lora_rank", 1536);  // an explicit null reads as the default: handled below
+  m.q_lora_rank = get_size(c, "q_lora_rank", 1536);  // an explicit null reads as the default: handled below
   if (c.contains("q_lora_rank") && c["q_lora_rank"].is_null()) m.q_lora_rank = 0;
-  m.kv_lora_rank = get_int(c, "kv_lora_rank", 512);
-  m.qk_nope_head_dim = get_int(c, "qk_nope_head_dim", 128);
-  m.qk_rope_head_dim = get_int(c, "qk_rope_head_dim", 64);
-  m.v_head_dim = get_int(c, "v_head_dim", 128);
+  m.kv_lora_rank = get_size(c, "kv_lora_rank", 512);
+  m.qk_nope_head_dim = get_size(c, "qk_nope_head_dim", 128);
+  m.qk_rope_head_dim = get_size(c, "qk_rope_head_dim", 64);
+  m.v_head_dim = get_size(c, "v_head_dim", 128);
   m.attention_bias = get_bool(c, "attention_bias", false);
   MOE_CHECK(!get_bool(c, "mlp_bias", false), "mlp_bias true is not supported (DeepSeek MLPs here have no biases)");
   MOE_CHECK(m.q_lora_rank >= 0 && m.kv_lora_rank > 0 && m.qk_nope_head_dim >= 0 && m.qk_rope_head_dim > 0 &&
@@ -149,16 +150,16 @@ ModelConfig parse_model_config(const json& c, const json& generation) {
   m.moe = parse_moe_config(c);  // validates model_type, hidden_act and the routing keys
   m.model_type = m.moe.model_type;
   const FamilyDefaults d = family_defaults(m.model_type);
-  m.vocab_size = get_int(c, "vocab_size", d.vocab);
+  m.vocab_size = get_size(c, "vocab_size", d.vocab);
   m.hidden_size = m.moe.hidden_size;
-  m.num_layers = get_int(c, "num_hidden_layers", d.layers);
+  m.num_layers = get_size(c, "num_hidden_layers", d.layers);
   m.moe.num_hidden_layers = m.num_layers;
-  m.intermediate_size = get_int(c, "intermediate_size", d.intermediate);
-  m.max_position_embeddings = get_int(c, "max_position_embeddings", d.max_positions);
+  m.intermediate_size = get_size(c, "intermediate_size", d.intermediate);
+  m.max_position_embeddings = get_size(c, "max_position_embeddings", d.max_positions);
   m.rms_norm_eps = get_double(c, "rms_norm_eps", d.eps);
   m.tie_word_embeddings = get_bool(c, "tie_word_embeddings", false);
-  m.num_heads = get_int(c, "num_attention_heads", d.heads);
-  m.num_kv_heads = get_int(c, "num_key_value_heads", d.kv_heads > 0 ? d.kv_heads : m.num_heads);
+  m.num_heads = get_size(c, "num_attention_heads", d.heads);
+  m.num_kv_heads = get_size(c, "num_key_value_heads", d.kv_heads > 0 ? d.kv_heads : m.num_heads);
   MOE_CHECK(m.vocab_size > 0 && m.num_layers > 0 && m.num_heads > 0 && m.intermediate_size > 0,
             "vocab_size ({}), num_hidden_layers ({}), num_attention_heads ({}) and intermediate_size ({}) must be "
             "positive",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "moe/core/check.h"
@@ -50,6 +51,13 @@ std::vector<float> yarn_inv_freq(const RopeConfig& c) {
 Rope::Rope(const RopeConfig& config) : config_(config) {
   MOE_CHECK(config.dim > 0 && config.dim % 2 == 0, "the rotary dimension must be positive and even, got {}",
             config.dim);
+  // NOTE: checked here, before the tables are sized by it (a forged head_dim of 2^40 must not allocate).
+  MOE_CHECK(config.dim <= 512, "rotary dimension {} exceeds 512 (head_dim, or qk_rope_head_dim for MLA)", config.dim);
+  auto float_range = [](double v) { return std::isfinite(v) && std::fabs(v) <= std::numeric_limits<float>::max(); };
+  MOE_CHECK(float_range(config.theta) && config.theta > 0 && float_range(config.factor) &&
+                float_range(config.attention_factor),
+            "rope parameters out of range: rope_theta {} (must be positive), factor {}, attention factor {}",
+            config.theta, config.factor, config.attention_factor);
   if (config.type == RopeType::yarn) {
     MOE_CHECK(config.factor > 0 && config.original_max_position_embeddings > 0,
               "yarn rope needs factor > 0 and original_max_position_embeddings > 0 (got {}, {})", config.factor,

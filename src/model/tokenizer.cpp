@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -215,6 +216,19 @@ bool is_word_char(std::string_view text, size_t pos) {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
+// Ids may leave holes, but at most this many beyond the number of tokens the file lists: the id tables are
+// dense, so a forged id of 2^31 must be refused, not allocated for.
+constexpr int64_t kMaxIdGap = 1 << 16;
+
+// An integer of JSON `v` in [lo, hi]; a float, a string or a value out of range is an error naming `what`.
+int64_t json_int(const Json& v, int64_t lo, int64_t hi, const std::string& what) {
+  MOE_CHECK(v.is_number_integer(), "{} must be an integer, got {}", what, v.dump());
+  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                                               : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  MOE_CHECK(in_range, "{} is {}, outside [{}, {}]", what, v.dump(), lo, hi);
+  return v.get<int64_t>();
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -233,6 +247,7 @@ struct Tokenizer::Impl {
   std::vector<DecoderStep> decoder;
   bool has_decoder = false;
   std::vector<int32_t> prefix_ids, suffix_ids;  // post-processor template around a single sequence
+  int64_t max_id = 0;  // the largest id accepted: the tokens the file lists plus kMaxIdGap
 
   [[noreturn]] void fail(const std::string& what) const { MOE_FAIL("{}: {}", source, what); }
 
@@ -322,8 +337,11 @@ struct Tokenizer::Impl {
     } else if (type == "Fuse") {
       decoder.push_back(FuseDecode{});
     } else if (type == "Strip") {
-      decoder.push_back(StripDecode{need(j, "content", "decoder Strip").get<std::string>(), j.value("start", 0),
-                                    j.value("stop", 0)});
+      auto count = [&](const char* key) {
+      return j.contains(key) ? static_cast<int>(json_int(j.at(key), 0, 1 << 20, fmt::format("decoder Strip {}", key)))
+                             : 0;
+    };
+    decoder.push_back(StripDecode{need(j, "content", "decoder Strip").get<std::string>(), count("start"), count("stop")});
     } else if (type == "Metaspace") {
       decoder.push_back(MetaspaceDecode{j.value("replacement", std::string(kMetaspace)), parse_scheme(j)});
     } else {
@@ -355,8 +373,16 @@ struct Tokenizer::Impl {
           const auto name = item.at("SpecialToken").at("id").get<std::string>();
           std::vector<int32_t> ids;
           const Json& specials = j.value("special_tokens", Json::object());
-          if (specials.contains(name)) ids = specials.at(name).at("ids").get<std::vector<int32_t>>();
-          else ids = {id_of_special(name)};
+          if (specials.contains(name)) {
+            for (const Json& id : specials.at(name).at("ids")) {
+              const auto value = static_cast<int32_t>(json_int(id, 0, max_id, fmt::format("special token '{}' id", name)));
+              if (static_cast<size_t>(value) >= tokens.size() || !has_token[value])
+                fail(fmt::format("post_processor special token '{}' has id {}, which is not in the vocabulary", name, value));
+              ids.push_back(value);
+            }
+          } else {
+            ids = {id_of_special(name)};
+          }
           auto& target = seen_sequence ? suffix_ids : prefix_ids;
           target.insert(target.end(), ids.begin(), ids.end());
         }
@@ -368,6 +394,10 @@ struct Tokenizer::Impl {
 
   void set_token(int32_t id, const std::string& token) {
     if (id < 0) fail(fmt::format("token '{}' has negative id {}", token, id));
+    if (id > max_id)
+      fail(fmt::format("token '{}' has id {}, but the file lists only {} tokens (ids may leave gaps of at most {} in "
+                       "all): a corrupt tokenizer.json",
+                       token, id, max_id - kMaxIdGap + 1, kMaxIdGap));
     if (static_cast<size_t>(id) >= tokens.size()) {
       tokens.resize(id + 1);
       has_token.resize(id + 1, false);
@@ -383,7 +413,8 @@ struct Tokenizer::Impl {
     if (type != "BPE") fail(fmt::format("unsupported model type '{}' (supported: BPE)", type));
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix", "dropout"})
       if (j.contains(key) && !j.at(key).is_null()) fail(fmt::format("unsupported BPE option \"{}\"", key));
-    for (const auto& [token, id] : need(j, "vocab", "model").items()) set_token(id.get<int32_t>(), token);
+    for (const auto& [token, id] : need(j, "vocab", "model").items())
+      set_token(static_cast<int32_t>(json_int(id, INT32_MIN, INT32_MAX, fmt::format("the id of token '{}'", token))), token);
     byte_fallback = j.value("byte_fallback", false);
     fuse_unk = j.value("fuse_unk", false);
     ignore_merges = j.value("ignore_merges", false);
@@ -424,7 +455,8 @@ struct Tokenizer::Impl {
   void parse_added_tokens(const Json& j) {
     if (j.is_null()) return;
     for (const Json& t : j) {
-      AddedToken token{need(t, "content", "added token").get<std::string>(), need(t, "id", "added token").get<int32_t>(),
+      AddedToken token{need(t, "content", "added token").get<std::string>(),
+                       static_cast<int32_t>(json_int(need(t, "id", "added token"), INT32_MIN, INT32_MAX, "added token id")),
                        t.value("special", false), t.value("lstrip", false), t.value("rstrip", false),
                        t.value("single_word", false), t.value("normalized", false)};
       set_token(token.id, token.content);
@@ -679,6 +711,7 @@ struct Tokenizer::Impl {
       return {fused};
     }
     if (const auto* s = std::get_if<StripDecode>(&step)) {
+      if (s->content.empty()) return pieces;  // nothing to strip (the library's content is one character)
       for (std::string& p : pieces) {
         size_t begin = 0, end = p.size();
         for (int i = 0; i < s->start && p.compare(begin, s->content.size(), s->content) == 0 && begin < end; ++i)
@@ -733,6 +766,13 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
     MOE_FAIL("{}: not valid JSON: {}", source, e.what());
   }
   try {
+    // The id tables are dense: ids are bounded by the number of tokens listed (vocab plus added tokens).
+    int64_t listed = 0;
+    if (j.is_object() && j.contains("model") && j["model"].is_object() && j["model"].contains("vocab"))
+      listed += static_cast<int64_t>(j["model"]["vocab"].size());
+    if (j.is_object() && j.contains("added_tokens") && j["added_tokens"].is_array())
+      listed += static_cast<int64_t>(j["added_tokens"].size());
+    impl->max_id = std::min<int64_t>(listed - 1 + kMaxIdGap, INT32_MAX - 1);
     // Order matters: added tokens are normalised with the normaliser, and the post-processor names tokens.
     impl->parse_model(impl->need(j, "model", "tokenizer.json"));
     impl->parse_normalizer(j.value("normalizer", Json()));

@@ -34,7 +34,8 @@ class SafetensorsFile {
   // Tensor names, sorted.
   std::vector<std::string> names() const;
   const SafetensorsEntry& entry(const std::string& name) const;
-  // A read-only view into the mapping (kept alive by the returned tensor). Throws for a missing name.
+  // A read-only view into the mapping (kept alive by the returned tensor); a tensor whose offset is not a
+  // multiple of its dtype's size comes as an aligned copy instead. Throws for a missing name.
   Tensor get(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
@@ -46,8 +47,9 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes tensors (any device-host dtype, any strides: written contiguous) in name order with 8-byte
-// aligned header padding, as the reference implementation does. Throws on duplicate names or I/O errors.
+// Writes tensors (any device-host dtype, any strides: written contiguous) with 8-byte aligned header
+// padding and the data in descending dtype size, then name order (every tensor aligned to its element
+// size), as the reference implementation does. Throws on duplicate names or I/O errors.
 void write_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
