@@ -232,12 +232,12 @@ void run_model_bench(const ModelBenchArgs& a) {
   for (double s : decode.seconds) fmt::print(" {:.1f}", double(a.decode_tokens) / s);
   fmt::print(" tokens/s)\n");
   fmt::print(
-      "prefill: {:.1f} tokens/s ({:.3f} s), floor {:.3f} s (dense+attention {:.1f} GFLOP at fp32 FMA {:.0f} "
+      "prefill: {:.1f} tokens/s ({:.4g} s), floor {:.4g} s (dense+attention {:.1f} GFLOP at fp32 FMA {:.0f} "
       "GFLOP/s, experts {:.1f} GFLOP at {:.0f} GFLOP/s), ratio {:.2f}\n",
       P / prefill_s, prefill_s, prefill_floor, dense_flops / 1e9, fma_peak / 1e9, moe_flops / 1e9,
       bf16_peak / 1e9, prefill_s / prefill_floor);
   fmt::print(
-      "decode: {:.2f} tokens/s ({:.2f} ms/token), floor {:.2f} ms ({:.0f} MB/token: dense {:.0f}, router "
+      "decode: {:.2f} tokens/s ({:.4g} ms/token), floor {:.4g} ms ({:.0f} MB/token: dense {:.0f}, router "
       "{:.0f}, experts {:.0f}, KV {:.0f}; read {:.1f} GB/s), ratio {:.2f}\n",
       1.0 / decode_s, decode_s * 1e3, decode_floor * 1e3, decode_bytes / 1e6, dense_bytes / 1e6,
       router_bytes / 1e6, expert_bytes / 1e6, kv_bytes / 1e6, read_bw / 1e9, decode_s / decode_floor);
