@@ -75,3 +75,13 @@ function(moe_clang_target_pragmas)
     endforeach()
   endforeach()
 endfunction()
+
+# moe_tsan_exclusions(): under TSan, the bench-only ceiling probes (src/cpu/ceilings.cpp) are left
+# uninstrumented: their target_clones ifunc resolver runs before TSan's runtime is up and crashes every
+# binary that links moe_cpu. (fast_router.cpp drops its clones under TSan instead: it runs on the pool.)
+function(moe_tsan_exclusions)
+  if(MOE_SANITIZE STREQUAL "thread")
+    set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/cpu/ceilings.cpp DIRECTORY ${PROJECT_SOURCE_DIR}/src/cpu APPEND
+                 PROPERTY COMPILE_OPTIONS -fno-sanitize=thread)
+  endif()
+endfunction()

@@ -10,6 +10,7 @@ packages=(
   libpcre2-dev  # Unicode regexes of the tokenizer's pre-tokenizers (src/model)
   libutf8proc-dev  # NFC normalisation of the tokenizer (src/model)
   libopenmpi-dev openmpi-bin  # expert parallelism (src/dist) and its mpirun tests
+  clang libclang-rt-14-dev  # the libFuzzer fuzzers (scripts/fuzz.sh; libFuzzer's runtime is only recommended by clang)
 )
 
 missing=()

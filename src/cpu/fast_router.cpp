@@ -16,9 +16,18 @@ namespace {
 constexpr int kBlock = 4;
 constexpr int kLanes = 8;
 
+// NOTE: target_clones dispatches through an ifunc resolver that the loader runs before ThreadSanitizer's
+// runtime is up, which crashes an instrumented binary at start: TSan builds (-DMOE_SANITIZE=thread) take the
+// generic version.
+#if defined(__SANITIZE_THREAD__)
+#define MOE_TARGET_CLONES(...)
+#else
+#define MOE_TARGET_CLONES(...) __attribute__((target_clones(__VA_ARGS__)))
+#endif
+
 // out[t][e] for nt <= 4 tokens and ne <= 4 experts; x rows and w rows have H floats.
 // NOTE: the lane loop is what the compiler vectorises (8 doubles: one zmm, or two ymm).
-__attribute__((target_clones("arch=haswell", "default"))) void dot_block_f64(
+MOE_TARGET_CLONES("arch=haswell", "default") void dot_block_f64(
     const float* const* x, int nt, const float* const* w, int ne, int64_t H, double (*out)[kBlock]) {
   double acc[kBlock][kBlock][kLanes] = {};
   int64_t h = 0;

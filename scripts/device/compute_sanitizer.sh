@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# On the device, in one call (issue 9): every CUDA test binary of the carry under compute-sanitizer's
+# memcheck, racecheck, initcheck and synccheck. The 2 x 4 runs go side by side (the GPU and the 16 cores
+# have room; each run serialises its own kernels), each cut at LIMIT seconds (default 170) so that the call
+# fits its budget; a run cut short is reported with how many tests it finished. Logs in $OUT.
+# Here, first: CARRY=build-cs-carry bash scripts/device/prepare_carry.sh (or a copy of a fresh .device-carry);
+# then run with carry ["build-cs-carry"] and CARRY=build-cs-carry bash scripts/device/compute_sanitizer.sh.
+set -uo pipefail
+carry=${CARRY:-.device-carry}
+limit=${LIMIT:-170}
+out=${OUT:-/tmp}
+export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export MOE_BINARY="$PWD/$carry/bin/moe"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+"$sanitizer" --version | tail -1
+
+binaries=()
+for b in cuda_tests causal_lm_cuda_tests; do [ -x "$carry/bin/$b" ] && binaries+=("$b"); done
+pids=()
+for tool in memcheck racecheck initcheck synccheck; do
+  for b in "${binaries[@]}"; do
+    # NOTE: --error-exitcode separates a sanitizer finding (99) from a failing test (1) and a cut (124).
+    timeout "$limit" "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 50 "$carry/bin/$b" \
+      >"$out/${tool}_$b.log" 2>&1 &
+    pids+=("$!:$tool:$b")
+  done
+done
+
+status=0
+for entry in "${pids[@]}"; do
+  IFS=: read -r pid tool b <<<"$entry"
+  wait "$pid"
+  rc=$?
+  log="$out/${tool}_$b.log"
+  done_tests=$(grep -c '^\[       OK \]' "$log")
+  failed_tests=$(grep -c '^\[  FAILED  \]' "$log")
+  summary=$(grep -m1 'ERROR SUMMARY' "$log" || echo 'no summary (cut short)')
+  case $rc in
+    0) verdict=clean ;;
+    99) verdict="SANITIZER ERRORS"; status=1 ;;
+    124) verdict="cut at ${limit} s" ;;
+    *) verdict="exit $rc"; status=1 ;;
+  esac
+  printf '%-10s %-22s %-18s tests ok %4s failed %3s  %s\n' "$tool" "$b" "$verdict" "$done_tests" "$failed_tests" "$summary"
+  [ "$rc" = 0 ] || grep -E '^=========  (Invalid|Race|Uninitialized|Barrier|Program hit|Error)|^=========     at ' "$log" | head -12
+done
+exit $status
