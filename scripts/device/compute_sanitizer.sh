@@ -11,6 +11,7 @@ limit=${LIMIT:-170}
 out=${OUT:-/tmp}
 export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export MOE_BINARY="$PWD/$carry/bin/moe"
+export MOE_TEST_DATA="$PWD/tests/data"  # causal_lm_cuda_tests reads the fixtures
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 "$sanitizer" --version | tail -1
@@ -35,7 +36,7 @@ for entry in "${pids[@]}"; do
   log="$out/${tool}_$b.log"
   done_tests=$(grep -c '^\[       OK \]' "$log")
   failed_tests=$(grep -c '^\[  FAILED  \]' "$log")
-  summary=$(grep -m1 'ERROR SUMMARY' "$log" || echo 'no summary (cut short)')
+  summary=$(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$log" || echo 'no summary (cut short)')
   case $rc in
     0) verdict=clean ;;
     99) verdict="SANITIZER ERRORS"; status=1 ;;
@@ -43,6 +44,8 @@ for entry in "${pids[@]}"; do
     *) verdict="exit $rc"; status=1 ;;
   esac
   printf '%-10s %-22s %-18s tests ok %4s failed %3s  %s\n' "$tool" "$b" "$verdict" "$done_tests" "$failed_tests" "$summary"
-  [ "$rc" = 0 ] || grep -E '^=========  (Invalid|Race|Uninitialized|Barrier|Program hit|Error)|^=========     at ' "$log" | head -12
+  # The distinct reports (kind and source line), most frequent first.
+  [ "$rc" = 0 ] || grep -E '^========= +(Error|Warning|Invalid|Uninitialized|Barrier|Program hit)' "$log" |
+    sed -E 's/\+0x[0-9a-f]+//; s/ \[[0-9]+ hazards\]//' | sort | uniq -c | sort -rn | head -8
 done
 exit $status

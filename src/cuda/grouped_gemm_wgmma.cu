@@ -266,6 +266,10 @@ static __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
     mbar_wait(full_bar + 8 * stage, phase);
     const Unit u = load_unit(unit_slot + 16 * stage);
+    // NOTE: every lane has read the slot before lane 0's empty arrival (which alone releases the stage, and
+    // so the slot, back to the producer) can happen: racecheck flagged the read against the producer's
+    // later store_unit.
+    __syncwarp();
     if (p.half_tiles && consumer * 64 >= u.rows) {
       // All of this warpgroup's rows are masked: free each stage as it lands (after it landed, so that the
       // arrival counts towards this round of the empty barrier) and let the other warpgroup run alone.

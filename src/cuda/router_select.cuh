@@ -105,6 +105,9 @@ __device__ void select_topk(const RouterParams& p, const float* l, const float* 
       const ArgMax best = warp_argmax({candidate ? group_score : -FLT_MAX, candidate ? lane : 1 << 30});
       kept |= 1u << best.index;
     }
+    // NOTE: the group lanes read every lane's `choice` above; the shuffles between order no memory, so the
+    // warp syncs before the masking overwrites it (compute-sanitizer racecheck flagged the hazard).
+    __syncwarp();
     for (int e = lane; e < E; e += 32)
       if (!((kept >> (e / group_size)) & 1u)) choice[e] = -INFINITY;
     __syncwarp();
