@@ -1,0 +1,26 @@
+#include "moe/cuda/expert_upload.h"
+
+#include <algorithm>
+
+namespace moe::cuda {
+
+void upload_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64_t I, DeviceBuffer<bf16>& w13,
+                 DeviceBuffer<bf16>& w2) {
+  w13 = DeviceBuffer<bf16>(mlps.size() * 2 * I * H);
+  w2 = DeviceBuffer<bf16>(mlps.size() * H * I);
+  std::vector<uint16_t> gate_up(2 * I * H), down(H * I);  // one MLP, padded, bf16 bits
+  for (size_t e = 0; e < mlps.size(); ++e) {
+    const int64_t rows = mlps[e]->gate.size(0);  // the MLP's true intermediate size
+    const Tensor gate = mlps[e]->gate.to(DType::BF16), up = mlps[e]->up.to(DType::BF16);
+    const Tensor w_down = mlps[e]->down.to(DType::BF16);  // [H, rows]
+    std::fill(gate_up.begin(), gate_up.end(), uint16_t{0});
+    std::fill(down.begin(), down.end(), uint16_t{0});
+    std::copy_n(gate.data_as<uint16_t>(), rows * H, gate_up.begin());
+    std::copy_n(up.data_as<uint16_t>(), rows * H, gate_up.begin() + I * H);
+    for (int64_t h = 0; h < H; ++h) std::copy_n(w_down.data_as<uint16_t>() + h * rows, rows, down.begin() + h * I);
+    w13.upload(reinterpret_cast<const bf16*>(gate_up.data()), gate_up.size(), e * 2 * I * H);
+    w2.upload(reinterpret_cast<const bf16*>(down.data()), down.size(), e * H * I);
+  }
+}
+
+}  // namespace moe::cuda
