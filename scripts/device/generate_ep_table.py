@@ -2,15 +2,19 @@
 """The table of scripts/device/nccl_generate.sh: for each fixture and wire format, whether
 `mpirun -np NP moe generate --ep --backend cuda` produced the tokens of the one-GPU run and of transformers
 (reference.json), where they first diverge, how many (token, layer) routing decisions agree, and each
-rank's (token, expert) pairs and bytes sent.
+rank's (token, expert) pairs and bytes sent. "vs gemm": against one GPU with the fused decode kernel off
+(MOE_DECODE_MAX_TOKENS=0), whose decode steps run the grouped GEMMs as the EP layer does.
 
-The GPU EP layer returns partial sums as bf16 where the single-GPU layer keeps fp32, so on these tiny
-random-weight models greedy tokens may part after a few steps; what must hold (column "check", exit 1
+With the bf16 combine wire the GPU EP layer returns partial sums as bf16 where the single-GPU layer keeps
+fp32, so on these tiny random-weight models greedy tokens may part after a few steps; with the f32 wire only
+the order of fp32 additions differs. What must hold (column "check", exit 1
 otherwise): the ranks' pairs add up to tokens * k in every layer, the first MoE layer picks the same experts
 as one GPU for every prompt token (its input does not depend on any MoE block), the later layers for at
-least 90% of them, and the first generated token of each prompt is the one-GPU run's.
+least 90% of them, the first generated token of each prompt is the one-GPU run's, and with the f32 combine
+wire every generated token is the one of the one-GPU run without the decode kernel (only the order of fp32
+additions differs between them).
 
-  generate_ep_table.py WORK NP "WIRES" MODEL...
+  generate_ep_table.py WORK NP "WIRES" MODEL...     (a wire: TRANSFER/COMBINE, its files tagged TRANSFER-COMBINE)
 """
 import json
 import os
@@ -38,7 +42,7 @@ def routing(path):
     return out
 
 
-def checks(one, ep, r_one, r_ep, prompt_lens, stats):
+def checks(one, ep, r_one, r_ep, prompt_lens, stats, f32_combine, gemm):
     """'ok', or what failed."""
     failed = []
     for layer, ranks in stats["ep"]["layers"].items():
@@ -54,6 +58,8 @@ def checks(one, ep, r_one, r_ep, prompt_lens, stats):
         failed.append("routing of later layers")
     if [x[:1] for x in ep] != [x[:1] for x in one]:
         failed.append("first token")
+    if f32_combine and ep != gemm:
+        failed.append("tokens of the f32 combine")
     return "ok" if not failed else "FAIL: " + ", ".join(failed)
 
 
@@ -68,7 +74,7 @@ def divergence(a, b):
 
 def main():
     work, n_ranks, wires, models = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
-    print(f"{'model':12} {'wire':5} {'vs 1 GPU':>10} {'vs HF':>10} {'1GPU vs HF':>11} {'routing':>11} "
+    print(f"{'model':12} {'wire':9} {'vs 1 GPU':>10} {'vs gemm':>10} {'vs HF':>10} {'1GPU vs HF':>11} {'routing':>11} "
           f"{'check':>5}  per-rank pairs / bytes sent")
     failures = 0
     for m in models:
@@ -76,22 +82,27 @@ def main():
         hf = [c["generated_ids"] for c in ref["cases"][:2]] if ref else []
         one = load(os.path.join(work, f"{m}_one.json"))
         one_ids = one["generated_ids"] if one else None
+        gemm = load(os.path.join(work, f"{m}_gemm.json"))
+        gemm_ids = gemm["generated_ids"] if gemm else []
         for wire in wires:
-            ep = load(os.path.join(work, f"{m}_ep_{wire}.json"))
-            stats = load(os.path.join(work, f"{m}_ep_{wire}_stats.json"))
+            tag = wire.replace("/", "-")
+            ep = load(os.path.join(work, f"{m}_ep_{tag}.json"))
+            stats = load(os.path.join(work, f"{m}_ep_{tag}_stats.json"))
             if not ep or not one or not stats:
-                print(f"{m:12} {wire:5} {'failed':>10}  (see {m}_ep_{wire}.log / {m}_one.log)")
+                print(f"{m:12} {wire:9} {'failed':>10}  (see {m}_ep_{tag}.log / {m}_one.log)")
                 failures += 1
                 continue
             ids = ep["generated_ids"]
             hf_n = [h[: len(x)] for h, x in zip(hf, ids)]
             r_one = routing(os.path.join(work, f"{m}_one.jsonl"))
-            r_ep = routing(os.path.join(work, f"{m}_ep_{wire}.jsonl"))
+            r_ep = routing(os.path.join(work, f"{m}_ep_{tag}.jsonl"))
             same = sum(1 for key, e in r_ep.items() if r_one.get(key) == e)
-            check = checks(one_ids, ids, r_one, r_ep, [len(c["ids"]) for c in ref["cases"][:2]], stats)
+            check = checks(one_ids, ids, r_one, r_ep, [len(c["ids"]) for c in ref["cases"][:2]], stats,
+                           wire.endswith("/f32"), gemm_ids)
             per_rank = ", ".join(f"{r['pairs_served']}/{r['bytes_sent']}" for r in stats["ep"]["per_rank"])
             failures += check != "ok"
-            print(f"{m:12} {wire:5} {divergence(ids, one_ids):>10} {divergence(ids, hf_n):>10} "
+            print(f"{m:12} {wire:9} {divergence(ids, one_ids):>10} "
+                  f"{divergence(ids, gemm_ids) if gemm else 'failed':>10} {divergence(ids, hf_n):>10} "
                   f"{divergence(one_ids, hf_n):>11} {same:>5}/{len(r_ep):<5} {check:>5}  {per_rank}")
     print(f"{n_ranks} rank(s); 'vs': '=' when every generated id matches, else the first difference")
     return 1 if failures else 0

@@ -4,14 +4,15 @@
 # NP GPUs (NP: the GPUs visible; on a single-GPU kind NP = 1 still runs the NCCL path, one rank). Prints a
 # table (generate_ep_table.py): tokens equal to one GPU and to transformers, first divergence, routing
 # agreement, per-rank pairs and bytes, and the checks that must hold under bf16 rounding (exit 1 if not). Carry from scripts/device/prepare_nccl_carry.sh; nccl_ep.sh runs it
-# last. MODELS, NP, NEW_TOKENS and WIRES (bf16 fp8) override the defaults. Logs in $OUT.
+# last. MODELS, NP, NEW_TOKENS and WIRES override the defaults; a wire is TRANSFER/COMBINE (--ep-transfer,
+# --ep-combine), default "bf16/bf16 bf16/f32". Logs in $OUT.
 set -uo pipefail
 source scripts/device/mpi_env.sh
 out=${OUT:-/tmp}
 B=${NCCL_CARRY:-.device-carry-nccl}/bin
 NP=${NP:-$(nvidia-smi -L | wc -l)}
 MODELS=${MODELS:-"qwen3_moe deepseek_v3 deepseek_v2 qwen2_moe mixtral olmoe"}
-WIRES=${WIRES:-bf16}
+WIRES=${WIRES:-"bf16/bf16 bf16/f32"}
 NEW_TOKENS=${NEW_TOKENS:-16}
 work=/tmp/nccl_generate && rm -rf $work && mkdir -p $work
 echo "== moe generate --backend cuda (1 GPU) vs mpirun -np $NP moe generate --ep --backend cuda ($NP GPUs)"
@@ -22,10 +23,15 @@ print(' '.join('--prompt-ids ' + ','.join(map(str, x['ids'])) for x in c[:2]))")
   args="generate --model $dir $prompts --max-new-tokens $NEW_TOKENS --backend cuda"
   $B/moe $args --json $work/${m}_one.json --trace-routing $work/${m}_one.jsonl > $work/${m}_one.log 2>&1 ||
     echo "$m one GPU: exit $? ($(tail -1 $work/${m}_one.log))"
+  # One GPU again with the fused decode kernel off: every step through the grouped GEMMs, the kernels the
+  # EP layer runs, so that only the exchange's arithmetic differs.
+  MOE_DECODE_MAX_TOKENS=0 $B/moe $args --json $work/${m}_gemm.json > $work/${m}_gemm.log 2>&1 ||
+    echo "$m one GPU (no decode kernel): exit $? ($(tail -1 $work/${m}_gemm.log))"
   for wire in $WIRES; do
-    $MPIRUN -np "$NP" $B/moe $args --ep --ep-transfer $wire --json $work/${m}_ep_$wire.json \
-      --stats $work/${m}_ep_${wire}_stats.json --trace-routing $work/${m}_ep_$wire.jsonl > $work/${m}_ep_$wire.log 2>&1 ||
-      echo "$m --ep $wire: exit $? ($(grep -m1 error $work/${m}_ep_$wire.log))"
+    tag=${wire/\//-}
+    $MPIRUN -np "$NP" $B/moe $args --ep --ep-transfer ${wire%/*} --ep-combine ${wire#*/} --json $work/${m}_ep_$tag.json \
+      --stats $work/${m}_ep_${tag}_stats.json --trace-routing $work/${m}_ep_$tag.jsonl > $work/${m}_ep_$tag.log 2>&1 ||
+      echo "$m --ep $wire: exit $? ($(grep -m1 error $work/${m}_ep_$tag.log))"
   done
 done
 python3 scripts/device/generate_ep_table.py $work "$NP" "$WIRES" $MODELS | tee "$out/generate_ep_np$NP.txt"

@@ -40,6 +40,7 @@ struct GenerateArgs {
   bool print_ids = false;
   bool ep = false;
   std::string placement, ep_transfer;  // ep_transfer empty: f32 on the CPU, bf16 on GPUs
+  std::string ep_combine;              // empty: f32 on the CPU (its only one), bf16 on GPUs
   // Which of the sampling options the command line gave.
   bool has_temperature = false, has_sampling_option = false;
 };
@@ -151,13 +152,19 @@ void run_generate(const GenerateArgs& a) {
   // blocks exchange tokens between ranks and end with the same output bytes on every rank (generate_ep.h);
   // the ranks compute identical logits and so pick identical tokens. Rank 0 alone prints and writes files.
   std::unique_ptr<GenerateEp> ep;  // outlives the model, whose MoE blocks hold its communicators
-  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty()), "--placement and --ep-transfer need --ep");
+  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
+            "--placement, --ep-transfer and --ep-combine need --ep");
   const std::string ep_transfer = !a.ep_transfer.empty() ? a.ep_transfer : a.backend == "cuda" ? "bf16" : "f32";
+  const std::string ep_combine = !a.ep_combine.empty() ? a.ep_combine : a.backend == "cuda" ? "bf16" : "f32";
+  MOE_CHECK(a.backend == "cuda" || ep_combine == "f32",
+            "--ep-combine {}: the CPU expert-parallel path sends its partial sums back as f32 only; drop "
+            "--ep-combine or use --backend cuda", ep_combine);
   if (a.ep) {
     MOE_CHECK(a.backend == "cuda" || a.cpu_experts != "fast",
               "--ep runs the MoE blocks on the CPU reference experts (or with --backend cuda on one GPU per rank): "
               "drop --cpu-experts fast");
-    ep = std::make_unique<GenerateEp>(a.backend, a.placement, dist::parse_transfer(ep_transfer), a.max_batched_tokens);
+    ep = std::make_unique<GenerateEp>(a.backend, a.placement, dist::parse_transfer(ep_transfer),
+                                      dist::parse_transfer(ep_combine), a.max_batched_tokens);
   }
   const bool root = !ep || ep->rank() == 0;
 
@@ -198,7 +205,9 @@ void run_generate(const GenerateArgs& a) {
   fmt::print("{}: {} layers ({} MoE), {} experts, top-{}; {} backend, {} CPU experts{}\n", info.model_type,
              info.num_layers, info.moe_layers.size(), info.num_experts, info.top_k, a.backend,
              options.cpu_experts == CpuExperts::fast ? "fast" : "reference",
-             ep ? fmt::format(", expert-parallel over {} ranks ({} transfer)", ep->size(), ep_transfer) : "");
+             ep ? fmt::format(", expert-parallel over {} ranks ({} transfer, {} combine)", ep->size(), ep_transfer,
+                              ep_combine)
+                : "");
   for (size_t s = 0; s < prompts.size(); ++s) {
     if (prompts.size() > 1) fmt::print("\n[sequence {}]\n", s);
     if (tokenizer) {
@@ -275,6 +284,10 @@ Run add_generate_command(CLI::App& app) {
   cmd->add_option("--ep-transfer", args->ep_transfer,
                   "--ep: dispatch wire format f32 (exact; the CPU default), bf16 (the GPU default) or fp8")
       ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
+  cmd->add_option("--ep-combine", args->ep_combine,
+                  "--ep: wire format of the partial sums sent back, bf16 (the GPU default) or f32 (the CPU's only "
+                  "one; on GPUs the tokens then equal one GPU's up to fp32 addition order)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   return [args, temperature, top_p, top_k, seed] {
     args->has_temperature = temperature->count() > 0;
     args->has_sampling_option = top_p->count() + top_k->count() + seed->count() > 0;

@@ -53,10 +53,11 @@ std::vector<dist::ExchangeStats> over_layers(const std::vector<EpLayerStats>& st
 }  // namespace
 
 GenerateEp::GenerateEp(const std::string& backend, std::string placement_file, dist::Transfer transfer,
-                       int64_t max_batched_tokens)
+                       dist::Transfer combine, int64_t max_batched_tokens)
     : backend_(backend),
       placement_file_(std::move(placement_file)),
       transfer_(transfer),
+      combine_(combine),
       max_batched_tokens_(max_batched_tokens) {
   if (backend_ == "cuda") {
 #if MOE_WITH_CUDA
@@ -79,7 +80,7 @@ void GenerateEp::install(model::ModelOptions& options) {
     if (device_) {
 #if MOE_WITH_CUDA
       auto block = std::make_shared<dist::CudaReplicatedEpMoeLayer>(*device_, config, weights, std::move(placement),
-                                                                    transfer_, max_batched_tokens_);
+                                                                    transfer_, combine_, max_batched_tokens_);
       blocks_.push_back({layer, [block] { return block->gather_totals(); }});
       return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
 #endif
@@ -102,6 +103,7 @@ nlohmann::ordered_json GenerateEp::stats_json(const std::vector<EpLayerStats>& s
   j["ranks"] = size();
   j["backend"] = backend_;
   j["transfer"] = dist::transfer_name(transfer_);
+  j["combine"] = dist::transfer_name(combine_);
   j["experts"] = placement_ ? nlohmann::ordered_json(placement_->rank_experts) : nlohmann::ordered_json::array();
   j["layers"] = nlohmann::ordered_json::object();
   for (const EpLayerStats& layer : stats) {

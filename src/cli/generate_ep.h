@@ -31,7 +31,8 @@ class GenerateEp {
  public:
   // Starts MPI (and NCCL for backend "cuda"). Collective. Throws moe::Error where the backend cannot run:
   // a build without MPI, CUDA or NCCL, a rank without a GPU of its own.
-  GenerateEp(const std::string& backend, std::string placement_file, dist::Transfer transfer,
+  // transfer, combine: the dispatch and combine wires (combine: f32 on the CPU, bf16 or f32 on GPUs).
+  GenerateEp(const std::string& backend, std::string placement_file, dist::Transfer transfer, dist::Transfer combine,
              int64_t max_batched_tokens);
   ~GenerateEp();
   GenerateEp(const GenerateEp&) = delete;
@@ -45,7 +46,7 @@ class GenerateEp {
 
   // Every block's per-rank totals, in layer order, on every rank. Collective.
   std::vector<EpLayerStats> gather_stats();
-  // {"ranks", "backend", "transfer", "experts": [per rank], "layers": {"N": [per rank {"rank", "tokens",
+  // {"ranks", "backend", "transfer", "combine", "experts": [per rank], "layers": {"N": [per rank {"rank", "tokens",
   // "copies_sent", "copies_received", "pairs_served", "bytes_sent", "bytes_received"}]}, "per_rank": totals
   // over the layers}.
   nlohmann::ordered_json stats_json(const std::vector<EpLayerStats>& stats) const;
@@ -58,7 +59,7 @@ class GenerateEp {
     std::function<std::vector<dist::ExchangeStats>()> gather_totals;
   };
   std::string backend_, placement_file_;
-  dist::Transfer transfer_;
+  dist::Transfer transfer_, combine_;
   int64_t max_batched_tokens_;
   // NOTE: declared in teardown order reversed: the blocks go first, then NCCL, then MPI.
   std::unique_ptr<dist::Communicator> host_;

@@ -18,6 +18,9 @@ namespace {
 struct Segments {
   std::vector<int64_t> bytes, displs;
 };
+// Bytes of one partial-sum value on the combine wire.
+int64_t combine_value_bytes(Transfer combine) { return combine == Transfer::f32 ? 4 : 2; }
+
 Segments segments(const int64_t* counts, int n, int64_t unit) {
   Segments s{std::vector<int64_t>(n), std::vector<int64_t>(n, 0)};
   for (int p = 0; p < n; ++p) {
@@ -32,7 +35,7 @@ Segments segments(const int64_t* counts, int n, int64_t unit) {
 struct CudaEpExchange::State {
   DeviceCommunicator* comm = nullptr;
   Placement placement;
-  Transfer transfer = Transfer::bf16;
+  Transfer transfer = Transfer::bf16, combine = Transfer::bf16;
   int R = 1, me = 0, k = 1, slots = 0;
   int64_t H = 0, max_tokens = 0, row_bytes = 0, max_sent = 0, max_received = 0;
   // replica tables [E] and [E, max_replicas]
@@ -49,7 +52,7 @@ struct CudaEpExchange::State {
   DeviceBuffer<int32_t> slot_ids;              // [max_received, k]
   DeviceBuffer<float> weights;                 // [max_received, k]
   // combine
-  DeviceBuffer<bf16> back;                     // [max_sent, H]
+  DeviceBuffer<uint8_t> back;                  // [max_sent, H] of the combine wire (bf16 or fp32)
   int64_t n_tokens = 0, n_sent = 0, n_received = 0;
   ExchangeStats stats;
   int64_t dispatch_bytes = 0, combine_bytes = 0;
@@ -59,7 +62,7 @@ struct CudaEpExchange::State {
 };
 
 CudaEpExchange::CudaEpExchange(DeviceCommunicator& comm, Placement placement, Transfer transfer, int top_k,
-                               int64_t hidden, int64_t max_tokens)
+                               int64_t hidden, int64_t max_tokens, Transfer combine)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.comm = &comm;
@@ -69,12 +72,15 @@ CudaEpExchange::CudaEpExchange(DeviceCommunicator& comm, Placement placement, Tr
   s.H = hidden;
   s.max_tokens = std::max<int64_t>(max_tokens, 1);
   s.transfer = transfer;
+  s.combine = combine;
   MOE_CHECK(placement.n_ranks == s.R, "placement for {} ranks, but {} are running (mpirun -np {})", placement.n_ranks,
             s.R, placement.n_ranks);
   MOE_CHECK(s.R <= kernels::kMaxRanks, "expert parallelism on GPUs handles up to {} ranks, {} are running",
             kernels::kMaxRanks, s.R);
   MOE_CHECK(transfer != Transfer::f32,
             "expert parallelism on GPUs sends bf16 rows (the layer's input is bf16): use --ep-transfer bf16 or fp8");
+  MOE_CHECK(combine != Transfer::fp8, "expert parallelism on GPUs sends the partial sums back as bf16 or f32, not "
+            "fp8: use --ep-combine bf16 or f32");
   MOE_CHECK(top_k >= 1 && top_k <= 32, "top_k {} must be in [1, 32] on GPUs", top_k);
   MOE_CHECK(hidden % 64 == 0, "expert parallelism on GPUs needs a hidden size that is a multiple of 64, got {}",
             hidden);
@@ -116,7 +122,7 @@ CudaEpExchange::CudaEpExchange(DeviceCommunicator& comm, Placement placement, Tr
   if (transfer == Transfer::fp8) s.decoded = DeviceBuffer<bf16>(s.max_received * hidden);
   s.slot_ids = DeviceBuffer<int32_t>(s.max_received * s.k);
   s.weights = DeviceBuffer<float>(s.max_received * s.k);
-  s.back = DeviceBuffer<bf16>(s.max_sent * hidden);
+  s.back = DeviceBuffer<uint8_t>(s.max_sent * hidden * combine_value_bytes(combine));
 }
 
 CudaEpExchange::~CudaEpExchange() = default;
@@ -178,13 +184,30 @@ const float* CudaEpExchange::received_weights() const { return state_->weights.g
 
 void CudaEpExchange::combine(const bf16* partial, const bf16* shared, const float* shared_gate_logit,
                              int64_t gate_stride, float* out, cudaStream_t stream) {
+  MOE_CHECK(state_->combine == Transfer::bf16, "combine: bf16 partial sums on an exchange built for {} ones",
+            transfer_name(state_->combine));
+  send_back(partial, stream);
+  const State& s = *state_;
+  kernels::ep_combine(reinterpret_cast<const bf16*>(s.back.get()), s.copy_of.get(), s.R, s.n_tokens, s.H, shared,
+                      shared_gate_logit, gate_stride, out, stream);
+}
+
+void CudaEpExchange::combine(const float* partial, const bf16* shared, const float* shared_gate_logit,
+                             int64_t gate_stride, float* out, cudaStream_t stream) {
+  MOE_CHECK(state_->combine == Transfer::f32, "combine: fp32 partial sums on an exchange built for {} ones",
+            transfer_name(state_->combine));
+  send_back(partial, stream);
+  const State& s = *state_;
+  kernels::ep_combine(reinterpret_cast<const float*>(s.back.get()), s.copy_of.get(), s.R, s.n_tokens, s.H, shared,
+                      shared_gate_logit, gate_stride, out, stream);
+}
+
+void CudaEpExchange::send_back(const void* partial, cudaStream_t stream) {
   State& s = *state_;
   // Partials go back the way the rows came: to peer p, the copies p sent; from p, ours sent to p.
-  const int64_t unit = s.H * int64_t{sizeof(bf16)};
+  const int64_t unit = s.H * combine_value_bytes(s.combine);
   const Segments send = segments(s.recv_counts(), s.R, unit), recv = segments(s.send_counts(), s.R, unit);
   s.comm->alltoallv(partial, send.bytes, send.displs, s.back.get(), recv.bytes, recv.displs, stream);
-  kernels::ep_combine(s.back.get(), s.copy_of.get(), s.R, s.n_tokens, s.H, shared, shared_gate_logit, gate_stride,
-                      out, stream);
   s.combine_bytes = (s.n_received - s.recv_counts()[s.me]) * unit;
   s.stats.bytes_sent = s.dispatch_bytes + s.combine_bytes;
   s.stats.bytes_received += (s.n_sent - s.send_counts()[s.me]) * unit;
@@ -193,6 +216,7 @@ void CudaEpExchange::combine(const bf16* partial, const bf16* shared, const floa
 const ExchangeStats& CudaEpExchange::stats() const { return state_->stats; }
 int64_t CudaEpExchange::dispatch_bytes_sent() const { return state_->dispatch_bytes; }
 int64_t CudaEpExchange::combine_bytes_sent() const { return state_->combine_bytes; }
+Transfer CudaEpExchange::combine_wire() const { return state_->combine; }
 int CudaEpExchange::local_slots() const { return state_->slots; }
 const Placement& CudaEpExchange::placement() const { return state_->placement; }
 

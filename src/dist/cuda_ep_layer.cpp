@@ -54,7 +54,7 @@ struct CudaEpMoeLayer::State {
 };
 
 CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
-                               Placement placement, Transfer transfer, int64_t max_tokens)
+                               Placement placement, Transfer transfer, int64_t max_tokens, Transfer combine)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   routing::validate(config.router);
@@ -76,7 +76,7 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
   MOE_CHECK(s.slots + 1 <= 1024, "rank {} holds {} experts; the CUDA permute handles up to 1023 per rank", comm.rank(),
             s.slots);
   s.exchange = std::make_unique<CudaEpExchange>(comm, std::move(placement), transfer, static_cast<int>(s.k), s.H,
-                                                s.max_tokens);
+                                                s.max_tokens, combine);
 
   // Router in fp32, with the Qwen2 shared expert gate as one more row (as in CudaMoeLayer).
   const bool gated = config.shared == SharedExpertKind::sigmoid_gated;
@@ -129,7 +129,7 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
   s.rows_out = DeviceBuffer<bf16>(s.max_pairs * s.H);
   const int64_t max_received = Tm * comm.size();
   s.partial_f32 = DeviceBuffer<float>(max_received * s.H);
-  s.partial = DeviceBuffer<bf16>(max_received * s.H);
+  if (combine == Transfer::bf16) s.partial = DeviceBuffer<bf16>(max_received * s.H);
   if (s.S > 0) {
     s.shared_act = DeviceBuffer<bf16>(Tm * s.S);
     s.shared_out = DeviceBuffer<bf16>(Tm * s.H);
@@ -200,10 +200,12 @@ void CudaEpMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk
     down.k = s.I;
     down.n = s.H;
     cuda::grouped_gemm(down, tile_rows, stream);
-    // Each copy's weighted sum over this rank's experts, rounded to bf16 for the way back.
+    // Each copy's weighted sum over this rank's experts, rounded to bf16 for the way back unless the
+    // combine wire is fp32.
     cuda::unpermute(s.rows_out.get(), s.permute.pair_rows, s.permute.pair_weights, n, k, s.H, nullptr, nullptr, 0,
                     s.partial_f32.get(), stream);
-    cuda::f32_to_bf16(s.partial_f32.get(), s.partial.get(), n * s.H, stream);
+    if (ex.combine_wire() == Transfer::bf16)
+      cuda::f32_to_bf16(s.partial_f32.get(), s.partial.get(), n * s.H, stream);
   }
 
   // Shared experts on this rank's tokens (replicated on every rank).
@@ -233,7 +235,11 @@ void CudaEpMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk
     shared = s.shared_out.get();
   }
   const bool gated = s.config.shared == SharedExpertKind::sigmoid_gated;
-  ex.combine(s.partial.get(), shared, gated ? s.logits.get() + s.E : nullptr, s.router_rows, out, stream);
+  const float* gate_logit = gated ? s.logits.get() + s.E : nullptr;
+  if (ex.combine_wire() == Transfer::f32)
+    ex.combine(s.partial_f32.get(), shared, gate_logit, s.router_rows, out, stream);
+  else
+    ex.combine(s.partial.get(), shared, gate_logit, s.router_rows, out, stream);
 }
 
 ExchangeStats CudaEpMoeLayer::stats(cudaStream_t stream) const {

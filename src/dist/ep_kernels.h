@@ -59,8 +59,12 @@ void ep_mask_unused(const int32_t* slot_ids, int64_t n_pairs, int unused_slot, i
 
 // ---- ep_combine.cu -----------------------------------------------------------------------------------
 // out[t] = sum over r ascending of back[copy_of[r, t]] (+ shared_scale[t] * shared[t]), in fp32; back
-// [copies, H] bf16 holds each copy's weighted partial sum as it came back; shared as in cuda::unpermute.
+// [copies, H] (bf16 or fp32, the combine wire) holds each copy's weighted partial sum as it came back;
+// shared as in cuda::unpermute.
 void ep_combine(const bf16* back, const int32_t* copy_of, int n_ranks, int64_t n_tokens, int64_t hidden,
+                const bf16* shared, const float* shared_gate_logit, int64_t shared_gate_stride, float* out,
+                cudaStream_t stream);
+void ep_combine(const float* back, const int32_t* copy_of, int n_ranks, int64_t n_tokens, int64_t hidden,
                 const bf16* shared, const float* shared_gate_logit, int64_t shared_gate_stride, float* out,
                 cudaStream_t stream);
 

@@ -350,7 +350,10 @@ TEST(GenerateCli, BadInputIsOneErrorLineAndExitTwo) {
       {model + " --prompt-ids 1 --max-new-tokens -1", "--max-new-tokens must be >= 0"},
       {model + " --prompt-ids 1 --max-batched-tokens 0", "--max-batched-tokens must be >= 1"},
       {model + " --prompt-ids 1 --backend tpu", "--backend"},
-      {model + " --prompt-ids 1 --placement p.json", "--placement and --ep-transfer need --ep"},
+      {model + " --prompt-ids 1 --placement p.json", "--placement, --ep-transfer and --ep-combine need --ep"},
+      {model + " --prompt-ids 1 --ep-combine f32", "--placement, --ep-transfer and --ep-combine need --ep"},
+      {model + " --prompt-ids 1 --ep --ep-combine bf16", "sends its partial sums back as f32 only"},
+      {model + " --prompt-ids 1 --ep --ep-combine fp8", "--ep-combine"},
       {model + " --prompt-ids 1 --json " + (dir / "no" / "such" / "dir.json").string(), "cannot write the --json file"},
       {model + " --prompt-ids 1 --trace-routing " + (dir / "no" / "t.jsonl").string(), "cannot write the trace file"},
   };

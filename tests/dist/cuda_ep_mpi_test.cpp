@@ -98,19 +98,21 @@ Compared compare(const LayerOutput& ep, const LayerOutput& ref) {
   return c;
 }
 
-// Runs the EP layer (collective) and, on rank 0, compares with the single-GPU layer.
-void expect_matches_single_gpu(const Block& b, const Placement& placement, Transfer transfer,
-                               const std::string& what) {
-  const EpOutput ep = run_cuda_ep_layer(*g_comm, b.config, b.weights, placement, transfer, b.x);
+// Runs the EP layer (collective) and, on rank 0, compares with the single-GPU layer (the comparison; zero
+// on the other ranks).
+Compared expect_matches_single_gpu(const Block& b, const Placement& placement, Transfer transfer,
+                                   const std::string& what, Transfer combine = Transfer::bf16) {
+  const EpOutput ep = run_cuda_ep_layer(*g_comm, b.config, b.weights, placement, transfer, b.x, combine);
   const int64_t T = b.x.size(0), k = b.config.router.top_k;
-  ASSERT_EQ(static_cast<int>(ep.ranks.size()), g_comm->size());
+  EXPECT_EQ(static_cast<int>(ep.ranks.size()), g_comm->size());
   int64_t tokens = 0, pairs = 0;
   for (const ExchangeStats& s : ep.ranks) tokens += s.tokens, pairs += s.pairs_served;
   EXPECT_EQ(tokens, T) << what;
   EXPECT_EQ(pairs, T * k) << what;  // every pair served exactly once
-  if (g_host->rank() != 0) return;
+  if (g_host->rank() != 0) return {};
   const LayerOutput ref = single_gpu(b);
-  ASSERT_EQ(ep.layer.hidden_states.shape(), ref.hidden_states.shape());
+  EXPECT_EQ(ep.layer.hidden_states.shape(), ref.hidden_states.shape());
+  if (ep.layer.hidden_states.shape() != ref.hidden_states.shape()) return {};
   const Compared c = compare(ep.layer, ref);
   EXPECT_GE(c.same_choices, T - std::max<int64_t>(1, T / 50)) << what;
   if (transfer == Transfer::bf16) {
@@ -120,9 +122,11 @@ void expect_matches_single_gpu(const Block& b, const Placement& placement, Trans
     // The MPI path's documented fp8 tolerance (normwise relative error <= 0.125).
     EXPECT_LE(c.normwise, 0.125) << what;
   }
-  std::printf("  %-40s %-4s T %4lld: max rel %.2e, normwise %.2e, same choices %lld/%lld\n", what.c_str(),
-              std::string(transfer_name(transfer)).c_str(), static_cast<long long>(T), c.max_rel, c.normwise,
-              static_cast<long long>(c.same_choices), static_cast<long long>(T));
+  std::printf("  %-40s %-4s/%-4s T %4lld: max rel %.2e, normwise %.2e, same choices %lld/%lld\n", what.c_str(),
+              std::string(transfer_name(transfer)).c_str(), std::string(transfer_name(combine)).c_str(),
+              static_cast<long long>(T), c.max_rel, c.normwise, static_cast<long long>(c.same_choices),
+              static_cast<long long>(T));
+  return c;
 }
 
 class CudaEpAllFamilies : public ::testing::TestWithParam<std::string> {};
@@ -172,6 +176,37 @@ TEST(CudaEp, RanksWithNoTokens) {
   test::TestRng rng(shared_seed());
   const Block b = make_block("mixtral", 1, rng, 8, 2);
   expect_matches_single_gpu(b, contiguous_placement(8, g_comm->size()), Transfer::bf16, "one token");
+}
+
+// An fp32 combine wire leaves only the order of fp32 additions between the EP and the single-GPU layer: on
+// one rank none (bit-identical), on more far below the bf16 wire's rounding.
+TEST_P(CudaEpAllFamilies, F32CombineCloserThanBf16) {
+  MOE_SKIP_WITHOUT_GPU_RANKS();
+  test::TestRng rng(shared_seed());
+  const int R = g_comm->size();
+  const Block b = make_block(GetParam(), 97, rng);
+  const Placement placement = round_robin_placement(64, R);
+  const Compared bf16_wire = expect_matches_single_gpu(b, placement, Transfer::bf16, GetParam() + " bf16 combine");
+  const Compared f32_wire =
+      expect_matches_single_gpu(b, placement, Transfer::bf16, GetParam() + " f32 combine", Transfer::f32);
+  if (g_host->rank() != 0) return;
+  EXPECT_LE(f32_wire.normwise, bf16_wire.normwise / 4) << GetParam();
+  if (R == 1) {
+    EXPECT_EQ(f32_wire.max_rel, 0.0) << GetParam() << ": one rank, fp32 partials: the same sums";
+  }
+}
+
+TEST(CudaEp, Fp8CombineRefused) {
+  MOE_SKIP_WITHOUT_GPU_RANKS();
+  test::TestRng rng(shared_seed());
+  const Block b = make_block("mixtral", 4, rng, 8, 2);
+  try {
+    CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()), Transfer::bf16, 4,
+                         Transfer::fp8);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--ep-combine bf16 or f32"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaEp, F32TransferRefused) {

@@ -122,6 +122,7 @@ TEST(GenerateEpStats, PerRankWorkAndBytesAddUp) {
     const json& ep = stats.at("ep");
     EXPECT_EQ(ep.at("ranks"), R);
     EXPECT_EQ(ep.at("transfer"), transfer);
+    EXPECT_EQ(ep.at("combine"), "f32");  // the CPU path's only combine wire
     ASSERT_EQ(ep.at("experts").size(), static_cast<size_t>(R));
     EXPECT_EQ(ep.at("experts")[1].at(0), E / R);
     EXPECT_NE(out.find(fmt::format("rank {} (experts {}-{}): ", R - 1, E - E / R, E - 1)), std::string::npos) << out;

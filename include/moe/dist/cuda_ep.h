@@ -7,10 +7,14 @@
 //             on the host); rows (bf16, or fp8 e4m3 with one fp32 scale per 128 values, the MPI path's wire
 //             format) and pairs by all-to-all-v
 //   experts   this rank's slots over the received copies: permute, grouped GEMMs, weighted sum per copy
-//   combine   each copy's weighted partial sum goes back to its source as bf16, which adds the partials of a
-//             token in ascending rank order (fp32) plus its shared experts
+//   combine   each copy's weighted partial sum goes back to its source as bf16 (the default) or fp32 (the
+//             combine wire), which adds the partials of a token in ascending rank order (fp32) plus its
+//             shared experts
 // Output equals the single-GPU layer (moe::cuda::CudaMoeLayer) within bf16 rounding: the partial sums are
-// rounded to bf16 once on the way back; fp8 dispatch within the MPI path's documented tolerance.
+// rounded to bf16 once on the way back; fp8 dispatch within the MPI path's documented tolerance. With an
+// fp32 combine wire the only difference left is the order of fp32 additions (a token's partials are added
+// per rank, then across ranks, where the single-GPU layer adds its k pairs in one pass): on one rank the
+// output is bit-identical, on more it differs by fp32 rounding (~1e-7 relative).
 // Because of the host synchronisation a forward cannot be captured in a CUDA graph.
 
 #include <cstdint>
@@ -26,10 +30,11 @@ using cuda::bf16;
 
 class CudaEpExchange {
  public:
-  // Buffers sized for up to max_tokens tokens per rank. transfer: bf16 or fp8 (the rows are bf16 already;
-  // f32 is refused). hidden: a multiple of 64.
+  // Buffers sized for up to max_tokens tokens per rank. transfer: the dispatch wire, bf16 or fp8 (the rows
+  // are bf16 already; f32 is refused). combine: the wire of the partial sums, bf16 or f32 (fp8 is refused).
+  // hidden: a multiple of 64.
   CudaEpExchange(DeviceCommunicator& comm, Placement placement, Transfer transfer, int top_k, int64_t hidden,
-                 int64_t max_tokens);
+                 int64_t max_tokens, Transfer combine = Transfer::bf16);
   ~CudaEpExchange();
   CudaEpExchange(const CudaEpExchange&) = delete;
   CudaEpExchange& operator=(const CudaEpExchange&) = delete;
@@ -43,19 +48,26 @@ class CudaEpExchange {
   const bf16* received_rows() const;
   const int32_t* received_slots() const;
   const float* received_weights() const;
-  // partial [n_received, H] bf16 -> out [T, H] fp32 of the last dispatch's tokens, plus shared [T, H] bf16
-  // (optional) scaled by sigmoid(shared_gate_logit[t * gate_stride]) (optional). Collective.
+  // partial [n_received, H] in the combine wire's type (bf16 or fp32; the other is refused) -> out [T, H]
+  // fp32 of the last dispatch's tokens, plus shared [T, H] bf16 (optional) scaled by
+  // sigmoid(shared_gate_logit[t * gate_stride]) (optional). Collective.
   void combine(const bf16* partial, const bf16* shared, const float* shared_gate_logit, int64_t gate_stride,
+               float* out, cudaStream_t stream);
+  void combine(const float* partial, const bf16* shared, const float* shared_gate_logit, int64_t gate_stride,
                float* out, cudaStream_t stream);
 
   // The last dispatch (and combine): pairs_served is left 0 (the experts count it).
   const ExchangeStats& stats() const;
   int64_t dispatch_bytes_sent() const;  // rows + pairs to other ranks
   int64_t combine_bytes_sent() const;   // partial sums to other ranks
+  Transfer combine_wire() const;
   int local_slots() const;
   const Placement& placement() const;
 
  private:
+  // The partial sums' all-to-all-v back to their sources, into the back buffer; counts the bytes.
+  void send_back(const void* partial, cudaStream_t stream);
+
   struct State;
   std::unique_ptr<State> state_;
 };
@@ -63,9 +75,9 @@ class CudaEpExchange {
 class CudaEpMoeLayer {
  public:
   // Uploads the router, the shared experts and this rank's experts (in placement order) to the current
-  // device (the communicator's). Collective only in forward.
+  // device (the communicator's). transfer, combine: the exchange's wires. Collective only in forward.
   CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights, Placement placement,
-                 Transfer transfer, int64_t max_tokens);
+                 Transfer transfer, int64_t max_tokens, Transfer combine = Transfer::bf16);
   ~CudaEpMoeLayer();
   CudaEpMoeLayer(const CudaEpMoeLayer&) = delete;
   CudaEpMoeLayer& operator=(const CudaEpMoeLayer&) = delete;
@@ -86,6 +98,7 @@ class CudaEpMoeLayer {
 // runs tokens token_range(T, r, R); rank 0 gets the whole output, the others an empty layer output; every
 // rank gets every rank's statistics. Collective over comm.
 EpOutput run_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
-                           const Placement& placement, Transfer transfer, const Tensor& x);
+                           const Placement& placement, Transfer transfer, const Tensor& x,
+                           Transfer combine = Transfer::bf16);
 
 }  // namespace moe::dist

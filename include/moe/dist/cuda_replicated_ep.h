@@ -5,7 +5,7 @@
 // outputs (hidden states and the router's top-k) are all-gathered over the device communicator. Every
 // token's output is computed by exactly one rank and copied byte for byte to the others, so the block's
 // output is bit-identical on every rank without a second broadcast from rank 0, and the rounding is that
-// of CudaEpMoeLayer (bf16 rows, partial sums back as bf16, added in rank order).
+// of CudaEpMoeLayer (bf16 rows, partial sums back as bf16 or fp32, added in rank order).
 // Free of CUDA headers: the CLI includes it in every build and links it only with CUDA.
 
 #include <cstdint>
@@ -23,8 +23,9 @@ class CudaReplicatedEpMoeLayer {
   // Uploads the router, the shared experts and this rank's experts (placement) to the communicator's GPU.
   // max_batched_tokens: the most tokens one pass handles; a longer forward runs in chunks of it, each chunk
   // split over the ranks. Every rank must pass the same value (the exchange buffers are sized from it).
+  // transfer, combine: the dispatch and combine wires (CudaEpExchange).
   CudaReplicatedEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
-                           Placement placement, Transfer transfer, int64_t max_batched_tokens);
+                           Placement placement, Transfer transfer, Transfer combine, int64_t max_batched_tokens);
   ~CudaReplicatedEpMoeLayer();
   CudaReplicatedEpMoeLayer(const CudaReplicatedEpMoeLayer&) = delete;
   CudaReplicatedEpMoeLayer& operator=(const CudaReplicatedEpMoeLayer&) = delete;
