@@ -10,8 +10,10 @@
 //     in the same thread) and bf16 stores, masked to the tile's segment and to N.
 // Work units are (row tile of the device tile map, column tile), rastered so that a group of row tiles
 // (8 by default) walks every column tile together: the rows stay in L2, and the row tiles of one expert
-// read its weight tiles at about the same time, so that most weight bytes come from memory once. The
-// producer decodes each unit and hands it to the consumers in the stage's slot. With half tiles on, a tile
+// read its weight tiles at about the same time, so that most weight bytes come from memory once. Producer
+// and consumers each decode the units they walk from the tile map (a few cached global loads, issued before
+// they wait, so their latency hides behind the pipeline); nothing but the tiles passes through shared
+// memory, so every shared-memory handoff is ordered by an mbarrier. With half tiles on, a tile
 // whose valid rows all fall in the first 64 leaves the second consumer idle for that unit (see
 // wgmma_schedule_for for when that pays). The number of row tiles is read on the device, so nothing here
 // synchronises with the host.
@@ -47,9 +49,9 @@ constexpr int kATileBytes = kBM * kBK * 2;  // 16 KB
 constexpr int kBBoxRows = 128;              // TMA boxes are at most 256 rows; two boxes per B tile
 constexpr int kBTileBytes = kBN * kBK * 2;  // 32 KB
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
-// After the stages: full and empty barriers (8 bytes each), then one 16-byte unit slot per stage.
-constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + 1024 /* alignment */ + 256 /* barriers, slots */;
-static_assert(kStages * (8 + 8 + 16) <= 256, "barriers and unit slots overflow their shared memory");
+// After the stages: full and empty barriers (8 bytes each).
+constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + 1024 /* alignment */ + 256 /* barriers */;
+static_assert(kStages * (8 + 8) <= 256, "barriers overflow their shared memory");
 
 struct WgmmaParams {
   const int32_t* segment_offsets;
@@ -67,8 +69,7 @@ struct WgmmaParams {
   bool half_tiles;      // WgmmaSchedule::half_tiles
 };
 
-// A work unit as the producer hands it to the consumers: rows [row0, row0 + rows) of A (rows <= 128, all
-// in one segment) times column tile col.
+// A work unit: rows [row0, row0 + rows) of A (rows <= 128, all in one segment) times column tile col.
 struct Unit {
   int32_t row0, rows, col, expert;
 };
@@ -177,20 +178,6 @@ __device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int64_t w, int
   return u;
 }
 
-__device__ __forceinline__ void store_unit(uint32_t slot, const Unit& u) {
-  asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot), "r"(u.row0), "r"(u.rows), "r"(u.col),
-               "r"(u.expert)
-               : "memory");
-}
-__device__ __forceinline__ Unit load_unit(uint32_t slot) {
-  Unit u;
-  asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(u.row0), "=r"(u.rows), "=r"(u.col), "=r"(u.expert)
-               : "r"(slot)
-               : "memory");
-  return u;
-}
-
 #endif  // MOE_WGMMA_DEVICE
 
 template <bool SWIGLU>
@@ -204,7 +191,6 @@ static __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t tiles_base = smem_addr(smem);
   const uint32_t full_bar = tiles_base + kStages * kStageBytes;  // kStages barriers of 8 bytes
   const uint32_t empty_bar = full_bar + kStages * 8;
-  const uint32_t unit_slot = empty_bar + kStages * 8;  // kStages slots of 16 bytes: the unit of a stage's data
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -241,9 +227,6 @@ static __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < p.k_blocks; ++kb) {
         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
         const uint32_t full = full_bar + 8 * stage;
-        // NOTE: the consumers read the slot after this stage's full barrier completes; the arrival below
-        // releases the store to them, and they free the stage (and so the slot) only after reading it.
-        if (kb == 0) store_unit(unit_slot + 16 * stage, u);
         mbar_expect_tx(full, kStageBytes);
         const uint32_t sa = tiles_base + stage * kStageBytes, sb = sa + kATileBytes;
         tma_load_2d(sa, &map_a, kb * kBK, u.row0, full);
@@ -264,12 +247,8 @@ static __global__ void __launch_bounds__(kThreads, 1)
   uint32_t phase = 0;
   float acc[128];
   for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    const Unit u = decode_unit(p, w, n_tiles);
     mbar_wait(full_bar + 8 * stage, phase);
-    const Unit u = load_unit(unit_slot + 16 * stage);
-    // NOTE: every lane has read the slot before lane 0's empty arrival (which alone releases the stage, and
-    // so the slot, back to the producer) can happen: racecheck flagged the read against the producer's
-    // later store_unit.
-    __syncwarp();
     if (p.half_tiles && consumer * 64 >= u.rows) {
       // All of this warpgroup's rows are masked: free each stage as it lands (after it landed, so that the
       // arrival counts towards this round of the empty barrier) and let the other warpgroup run alone.
