@@ -184,30 +184,30 @@ const float* CudaEpExchange::received_weights() const { return state_->weights.g
 
 void CudaEpExchange::combine(const bf16* partial, const bf16* shared, const float* shared_gate_logit,
                              int64_t gate_stride, float* out, cudaStream_t stream) {
-  MOE_CHECK(state_->combine == Transfer::bf16, "combine: bf16 partial sums on an exchange built for {} ones",
-            transfer_name(state_->combine));
-  send_back(partial, stream);
-  const State& s = *state_;
-  kernels::ep_combine(reinterpret_cast<const bf16*>(s.back.get()), s.copy_of.get(), s.R, s.n_tokens, s.H, shared,
-                      shared_gate_logit, gate_stride, out, stream);
+  combine_partials(partial, Transfer::bf16, shared, shared_gate_logit, gate_stride, out, stream);
 }
 
 void CudaEpExchange::combine(const float* partial, const bf16* shared, const float* shared_gate_logit,
                              int64_t gate_stride, float* out, cudaStream_t stream) {
-  MOE_CHECK(state_->combine == Transfer::f32, "combine: fp32 partial sums on an exchange built for {} ones",
-            transfer_name(state_->combine));
-  send_back(partial, stream);
-  const State& s = *state_;
-  kernels::ep_combine(reinterpret_cast<const float*>(s.back.get()), s.copy_of.get(), s.R, s.n_tokens, s.H, shared,
-                      shared_gate_logit, gate_stride, out, stream);
+  combine_partials(partial, Transfer::f32, shared, shared_gate_logit, gate_stride, out, stream);
 }
 
-void CudaEpExchange::send_back(const void* partial, cudaStream_t stream) {
+void CudaEpExchange::combine_partials(const void* partial, Transfer type, const bf16* shared,
+                                      const float* shared_gate_logit, int64_t gate_stride, float* out,
+                                      cudaStream_t stream) {
   State& s = *state_;
+  MOE_CHECK(s.combine == type, "combine: {} partial sums on an exchange built for {} ones", transfer_name(type),
+            transfer_name(s.combine));
   // Partials go back the way the rows came: to peer p, the copies p sent; from p, ours sent to p.
   const int64_t unit = s.H * combine_value_bytes(s.combine);
   const Segments send = segments(s.recv_counts(), s.R, unit), recv = segments(s.send_counts(), s.R, unit);
   s.comm->alltoallv(partial, send.bytes, send.displs, s.back.get(), recv.bytes, recv.displs, stream);
+  if (type == Transfer::f32)
+    kernels::ep_combine(reinterpret_cast<const float*>(s.back.get()), s.copy_of.get(), s.R, s.n_tokens, s.H, shared,
+                        shared_gate_logit, gate_stride, out, stream);
+  else
+    kernels::ep_combine(reinterpret_cast<const bf16*>(s.back.get()), s.copy_of.get(), s.R, s.n_tokens, s.H, shared,
+                        shared_gate_logit, gate_stride, out, stream);
   s.combine_bytes = (s.n_received - s.recv_counts()[s.me]) * unit;
   s.stats.bytes_sent = s.dispatch_bytes + s.combine_bytes;
   s.stats.bytes_received += (s.n_sent - s.send_counts()[s.me]) * unit;

@@ -65,8 +65,9 @@ class CudaEpExchange {
   const Placement& placement() const;
 
  private:
-  // The partial sums' all-to-all-v back to their sources, into the back buffer; counts the bytes.
-  void send_back(const void* partial, cudaStream_t stream);
+  // Both combines: partial's element type must be the combine wire's.
+  void combine_partials(const void* partial, Transfer type, const bf16* shared, const float* shared_gate_logit,
+                        int64_t gate_stride, float* out, cudaStream_t stream);
 
   struct State;
   std::unique_ptr<State> state_;
