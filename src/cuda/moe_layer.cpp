@@ -8,6 +8,7 @@
 
 #include "moe/cuda/device_buffer.h"
 #include "moe/cuda/expert_upload.h"
+#include "moe/cuda/permute_workspace.h"
 #include "moe/core/float_convert.h"
 
 namespace moe::cuda {
@@ -35,17 +36,14 @@ struct CudaMoeLayer::State {
   DeviceBuffer<bf16> w13, w2, shared_w13, shared_w2;
   // workspace
   DeviceBuffer<float> x_f32, logits;
-  DeviceBuffer<int32_t> ints;  // every int32 scratch array, carved below
-  DeviceBuffer<float> pair_weights;
-  DeviceBuffer<unsigned char> sort_temp;
+  PermuteWorkspace permute;
+  DeviceBuffer<int32_t> ints;  // the other int32 scratch arrays, carved below
   DeviceBuffer<bf16> act, rows_out, shared_act, shared_out;
   DeviceBuffer<bf16> gathered;  // [max_rows, H] token rows in expert order, for the wgmma kernel's TMA loads
-  PermuteBuffers permute{};
-  int32_t *tile_expert = nullptr, *tile_row = nullptr, *n_tiles = nullptr;
   unsigned* arrivals = nullptr;  // [max_tokens] counters of the fused router, zero between launches
   int32_t *shared_offsets = nullptr, *shared_counts = nullptr, *shared_tile_expert = nullptr,
           *shared_tile_row = nullptr, *shared_n_tiles = nullptr;
-  int64_t max_rows = 0, max_tiles = 0, last_capacity = -1;
+  int64_t max_rows = 0, last_capacity = -1;
   // The fused decode path (decode.cu), for batches of up to decode_limit tokens in the contiguous paradigm.
   int64_t decode_limit = 0;
   DeviceBuffer<float> decode_logits;
@@ -91,28 +89,13 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   const int64_t max_pairs = Tm * k;
   const int64_t capacity = capacity_for(options, Tm, static_cast<int>(k), static_cast<int>(E));
   s.max_rows = capacity < 0 ? max_pairs : E * capacity;
-  s.max_tiles = s.max_rows + E;  // bound for every tile height: sum of ceil(count / rows) <= rows + E
+  s.permute = PermuteWorkspace(E, max_pairs, s.max_rows);
   s.x_f32 = DeviceBuffer<float>(Tm * H);
   s.logits = DeviceBuffer<float>(Tm * s.router_rows);
   const int64_t shared_tiles = Tm + 1;
-  const int64_t n_ints =
-      5 * E + 3 * max_pairs + s.max_rows + max_pairs + 2 * s.max_tiles + 1 + 2 + 2 * shared_tiles + 1 + Tm;
-  s.ints = DeviceBuffer<int32_t>(n_ints);
+  s.ints = DeviceBuffer<int32_t>(2 + 2 * shared_tiles + 1 + Tm);
   int32_t* p = s.ints.get();
   auto carve = [&p](int64_t n) { return std::exchange(p, p + n); };
-  s.permute.expert_counts = carve(E);
-  s.permute.count_prefix = carve(E);
-  s.permute.expert_offsets = carve(E);
-  s.permute.segment_counts = carve(E);
-  s.permute.dropped = carve(E);
-  s.permute.sorted_keys = carve(max_pairs);
-  s.permute.sorted_pairs = carve(max_pairs);
-  s.permute.pair_iota = carve(max_pairs);
-  s.permute.row_token = carve(s.max_rows);
-  s.permute.pair_rows = carve(max_pairs);
-  s.tile_expert = carve(s.max_tiles);
-  s.tile_row = carve(s.max_tiles);
-  s.n_tiles = carve(1);
   s.shared_offsets = carve(1);
   s.shared_counts = carve(1);
   s.shared_tile_expert = carve(shared_tiles);
@@ -120,11 +103,6 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   s.shared_n_tiles = carve(1);
   s.arrivals = reinterpret_cast<unsigned*>(carve(Tm));
   MOE_CUDA_CHECK(cudaMemset(s.arrivals, 0, Tm * sizeof(unsigned)));
-  s.pair_weights = DeviceBuffer<float>(max_pairs);
-  s.permute.pair_weights = s.pair_weights.get();
-  s.sort_temp = DeviceBuffer<unsigned char>(permute_sort_temp_bytes(max_pairs));
-  s.permute.sort_temp = s.sort_temp.get();
-  s.permute.sort_temp_bytes = s.sort_temp.size();
   s.act = DeviceBuffer<bf16>(s.max_rows * s.I);
   s.rows_out = DeviceBuffer<bf16>(s.max_rows * H);
   // The wgmma kernel reads A through a tensor map, which cannot gather: it needs the rows gathered first.
@@ -136,7 +114,6 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
     s.shared_act = DeviceBuffer<bf16>(Tm * s.S);
     s.shared_out = DeviceBuffer<bf16>(Tm * H);
   }
-  fill_iota(s.permute.pair_iota, max_pairs, nullptr);
   if (options.paradigm == Paradigm::contiguous)
     s.decode_limit = std::min(Tm, decode_token_limit(config.router, H, s.router_rows));
   if (s.decode_limit > 0) {
@@ -146,8 +123,8 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
     s.decode_barrier = DeviceBuffer<unsigned>(2);
     MOE_CUDA_CHECK(cudaMemset(s.decode_barrier.get(), 0, 2 * sizeof(unsigned)));
     s.decode = {.logit_parts = s.decode_logits.get(), .act = s.decode_act.get(), .act_stride = s.decode.act_stride,
-                .barrier = s.decode_barrier.get(), .expert_counts = s.permute.expert_counts,
-                .dropped = s.permute.dropped};
+                .barrier = s.decode_barrier.get(), .expert_counts = s.permute.buffers().expert_counts,
+                .dropped = s.permute.buffers().dropped};
   }
 
   MOE_CUBLAS_CHECK(cublasCreate(&s.cublas));
@@ -211,19 +188,18 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   int tile_rows = grouped_gemm_tile_rows(capacity < 0 ? double(T * k) / E : double(capacity));
   const bool wgmma = grouped_gemm_kernel_for(tile_rows) == GroupedGemmKernel::wgmma && s.gathered.size() > 0;
   if (wgmma) tile_rows = 128;  // the wgmma kernel's tile height
-  const int64_t max_tiles = std::min<int64_t>(rows, (rows + tile_rows - 1) / tile_rows + E);
-  const TileMap tiles{.tile_rows = tile_rows, .tile_expert = s.tile_expert, .tile_row = s.tile_row,
-                      .n_tiles = s.n_tiles, .max_tiles = max_tiles};
-  permute(topk_ids, topk_weights, T, k, E, capacity, s.options.overflow == OverflowPolicy::renormalize, s.permute,
-          tiles, stream);
+  const TileMap tiles = s.permute.tile_map(tile_rows, rows);
+  const PermuteBuffers& pb = s.permute.buffers();
+  permute(topk_ids, topk_weights, T, k, E, capacity, s.options.overflow == OverflowPolicy::renormalize, pb, tiles,
+          stream);
 
   // Experts: gate+up with SwiGLU (tokens gathered in the loads), then down.
-  GroupedGemmArgs up{.a = x, .gather = s.permute.row_token, .b = s.w13.get(), .c = s.act.get(),
-                     .segment_offsets = s.permute.expert_offsets, .segment_counts = s.permute.segment_counts,
-                     .tile_expert = s.tile_expert, .tile_row = s.tile_row, .n_tiles = s.n_tiles,
-                     .max_tiles = max_tiles, .k = s.H, .n = s.I};
+  GroupedGemmArgs up{.a = x, .gather = pb.row_token, .b = s.w13.get(), .c = s.act.get(),
+                     .segment_offsets = pb.expert_offsets, .segment_counts = pb.segment_counts,
+                     .tile_expert = tiles.tile_expert, .tile_row = tiles.tile_row, .n_tiles = tiles.n_tiles,
+                     .max_tiles = tiles.max_tiles, .k = s.H, .n = s.I};
   if (wgmma) {
-    gather_rows(x, s.permute.row_token, rows, s.H, s.gathered.get(), stream);
+    gather_rows(x, pb.row_token, rows, s.H, s.gathered.get(), stream);
     up.a = s.gathered.get();
     up.gather = nullptr;
     up.n_experts = E;
@@ -280,7 +256,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
 
   // Combine in token order, plus the shared experts (sigmoid-gated for Qwen2-MoE).
   const bool gated = s.config.shared == SharedExpertKind::sigmoid_gated;
-  unpermute(s.rows_out.get(), s.permute.pair_rows, s.permute.pair_weights, T, k, s.H,
+  unpermute(s.rows_out.get(), pb.pair_rows, pb.pair_weights, T, k, s.H,
             s.S > 0 ? s.shared_out.get() : nullptr, gated ? s.logits.get() + s.E : nullptr, s.router_rows, out,
             stream);
 }
@@ -288,10 +264,10 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
 DeviceLoadCounts CudaMoeLayer::read_counts(cudaStream_t stream) const {
   const State& s = *state_;
   std::vector<int32_t> counts(s.E), dropped(s.E);
-  MOE_CUDA_CHECK(cudaMemcpyAsync(counts.data(), s.permute.expert_counts, s.E * sizeof(int32_t),
+  MOE_CUDA_CHECK(cudaMemcpyAsync(counts.data(), s.permute.buffers().expert_counts, s.E * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, stream));
-  MOE_CUDA_CHECK(cudaMemcpyAsync(dropped.data(), s.permute.dropped, s.E * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                 stream));
+  MOE_CUDA_CHECK(cudaMemcpyAsync(dropped.data(), s.permute.buffers().dropped, s.E * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, stream));
   MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return {.tokens_per_expert = {counts.begin(), counts.end()},
           .dropped_per_expert = {dropped.begin(), dropped.end()},

@@ -11,6 +11,7 @@
 #include "moe/core/check.h"
 #include "moe/cuda/device_buffer.h"
 #include "moe/cuda/expert_upload.h"
+#include "moe/cuda/permute_workspace.h"
 #include "moe/dist/cuda_ep.h"
 
 namespace moe::dist {
@@ -40,13 +41,10 @@ struct CudaEpMoeLayer::State {
   DeviceBuffer<unsigned> arrivals;
   // local experts over the received copies: [max_received * k] pairs of slots + 1 experts (the last one
   // holds the unused pairs and is never computed)
-  DeviceBuffer<int32_t> ints;
-  DeviceBuffer<float> pair_weights, partial_f32;
-  DeviceBuffer<unsigned char> sort_temp;
+  cuda::PermuteWorkspace permute;
+  DeviceBuffer<float> partial_f32;
   DeviceBuffer<bf16> act, rows_out, partial;
-  cuda::PermuteBuffers permute{};
-  int32_t *tile_expert = nullptr, *tile_row = nullptr, *n_tiles = nullptr;
-  int64_t max_pairs = 0, max_tiles = 0;
+  int64_t max_pairs = 0;
   // shared experts [max_tokens]
   DeviceBuffer<bf16> shared_act, shared_out;
   DeviceBuffer<int32_t> shared_ints;
@@ -102,29 +100,7 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
 
   const int64_t n_experts = s.slots + 1;  // the last: unused pairs
   s.max_pairs = Tm * comm.size() * s.k;
-  s.max_tiles = s.max_pairs + n_experts;
-  s.ints = DeviceBuffer<int32_t>(5 * n_experts + 5 * s.max_pairs + 2 * s.max_tiles + 1);
-  int32_t* p = s.ints.get();
-  auto carve = [&p](int64_t n) { return std::exchange(p, p + n); };
-  s.permute.expert_counts = carve(n_experts);
-  s.permute.count_prefix = carve(n_experts);
-  s.permute.expert_offsets = carve(n_experts);
-  s.permute.segment_counts = carve(n_experts);
-  s.permute.dropped = carve(n_experts);
-  s.permute.sorted_keys = carve(s.max_pairs);
-  s.permute.sorted_pairs = carve(s.max_pairs);
-  s.permute.pair_iota = carve(s.max_pairs);
-  s.permute.row_token = carve(s.max_pairs);
-  s.permute.pair_rows = carve(s.max_pairs);
-  s.tile_expert = carve(s.max_tiles);
-  s.tile_row = carve(s.max_tiles);
-  s.n_tiles = carve(1);
-  s.pair_weights = DeviceBuffer<float>(s.max_pairs);
-  s.permute.pair_weights = s.pair_weights.get();
-  s.sort_temp = DeviceBuffer<unsigned char>(cuda::permute_sort_temp_bytes(s.max_pairs));
-  s.permute.sort_temp = s.sort_temp.get();
-  s.permute.sort_temp_bytes = s.sort_temp.size();
-  cuda::fill_iota(s.permute.pair_iota, s.max_pairs, nullptr);
+  s.permute = cuda::PermuteWorkspace(n_experts, s.max_pairs, s.max_pairs);
   s.act = DeviceBuffer<bf16>(s.max_pairs * s.I);
   s.rows_out = DeviceBuffer<bf16>(s.max_pairs * s.H);
   const int64_t max_received = Tm * comm.size();
@@ -178,20 +154,17 @@ void CudaEpMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk
   if (n > 0) {
     const int n_experts = s.slots + 1;
     const int64_t rows = n * k;
-    const int tile_rows = cuda::grouped_gemm_tile_rows(double(rows) / n_experts);
-    const int64_t max_tiles = std::min<int64_t>(rows, (rows + tile_rows - 1) / tile_rows + n_experts);
-    const cuda::TileMap tiles{.tile_rows = tile_rows, .tile_expert = s.tile_expert, .tile_row = s.tile_row,
-                              .n_tiles = s.n_tiles, .max_tiles = max_tiles};
-    cuda::permute(ex.received_slots(), ex.received_weights(), n, k, n_experts, -1, false, s.permute, tiles, stream);
-    cuda::build_tiles(s.permute.expert_offsets, s.permute.segment_counts, s.slots, tile_rows, s.tile_expert,
-                      s.tile_row, s.n_tiles, max_tiles, stream);
-    kernels::ep_mask_unused(ex.received_slots(), rows, s.slots, s.permute.pair_rows, stream);
-    cuda::GroupedGemmArgs up{.a = ex.received_rows(), .gather = s.permute.row_token, .b = s.w13.get(),
-                             .c = s.act.get(), .segment_offsets = s.permute.expert_offsets,
-                             .segment_counts = s.permute.segment_counts, .tile_expert = s.tile_expert,
-                             .tile_row = s.tile_row, .n_tiles = s.n_tiles, .max_tiles = max_tiles, .k = s.H,
-                             .n = s.I};
-    cuda::grouped_gemm_swiglu(up, tile_rows, stream);
+    const cuda::TileMap tiles = s.permute.tile_map(cuda::grouped_gemm_tile_rows(double(rows) / n_experts), rows);
+    const cuda::PermuteBuffers& pb = s.permute.buffers();
+    cuda::permute(ex.received_slots(), ex.received_weights(), n, k, n_experts, -1, false, pb, tiles, stream);
+    cuda::build_tiles(pb.expert_offsets, pb.segment_counts, s.slots, tiles.tile_rows, tiles.tile_expert,
+                      tiles.tile_row, tiles.n_tiles, tiles.max_tiles, stream);
+    kernels::ep_mask_unused(ex.received_slots(), rows, s.slots, pb.pair_rows, stream);
+    cuda::GroupedGemmArgs up{.a = ex.received_rows(), .gather = pb.row_token, .b = s.w13.get(), .c = s.act.get(),
+                             .segment_offsets = pb.expert_offsets, .segment_counts = pb.segment_counts,
+                             .tile_expert = tiles.tile_expert, .tile_row = tiles.tile_row, .n_tiles = tiles.n_tiles,
+                             .max_tiles = tiles.max_tiles, .k = s.H, .n = s.I};
+    cuda::grouped_gemm_swiglu(up, tiles.tile_rows, stream);
     cuda::GroupedGemmArgs down = up;
     down.a = s.act.get();
     down.gather = nullptr;
@@ -199,10 +172,10 @@ void CudaEpMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk
     down.c = s.rows_out.get();
     down.k = s.I;
     down.n = s.H;
-    cuda::grouped_gemm(down, tile_rows, stream);
+    cuda::grouped_gemm(down, tiles.tile_rows, stream);
     // Each copy's weighted sum over this rank's experts, rounded to bf16 for the way back unless the
     // combine wire is fp32.
-    cuda::unpermute(s.rows_out.get(), s.permute.pair_rows, s.permute.pair_weights, n, k, s.H, nullptr, nullptr, 0,
+    cuda::unpermute(s.rows_out.get(), pb.pair_rows, pb.pair_weights, n, k, s.H, nullptr, nullptr, 0,
                     s.partial_f32.get(), stream);
     if (ex.combine_wire() == Transfer::bf16)
       cuda::f32_to_bf16(s.partial_f32.get(), s.partial.get(), n * s.H, stream);
@@ -248,7 +221,7 @@ ExchangeStats CudaEpMoeLayer::stats(cudaStream_t stream) const {
   if (s.exchange->n_received() > 0) {
     std::vector<int32_t> counts(s.slots);
     if (s.slots > 0)
-      MOE_CUDA_CHECK(cudaMemcpyAsync(counts.data(), s.permute.expert_counts, s.slots * sizeof(int32_t),
+      MOE_CUDA_CHECK(cudaMemcpyAsync(counts.data(), s.permute.buffers().expert_counts, s.slots * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, stream));
     MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     for (int32_t c : counts) stats.pairs_served += c;

@@ -1,43 +1,20 @@
-// The CUDA permute against cpu::permute_* (exact), contiguous and padded, both overflow policies.
+// The CUDA permute (on a PermuteWorkspace, as the layers run it) against cpu::permute_* (exact),
+// contiguous and padded, both overflow policies.
 #include "cuda_test_util.h"
 #include "moe/cpu/ops.h"
 #include "moe/cuda/ops.h"
+#include "moe/cuda/permute_workspace.h"
 #include "test_random.h"
 
 namespace moe::cuda {
 namespace {
 
-struct DevicePermute {
-  test::Device<int32_t> ints;
-  test::Device<float> weights;
-  test::Device<unsigned char> temp;
-  PermuteBuffers b{};
-  DevicePermute(int64_t max_pairs, int64_t max_rows, int E)
-      : ints(5 * E + 4 * max_pairs + max_rows + max_pairs), weights(max_pairs), temp(permute_sort_temp_bytes(max_pairs)) {
-    int32_t* p = ints.get();
-    auto carve = [&p](int64_t n) { return std::exchange(p, p + n); };
-    b.expert_counts = carve(E);
-    b.count_prefix = carve(E);
-    b.expert_offsets = carve(E);
-    b.segment_counts = carve(E);
-    b.dropped = carve(E);
-    b.sorted_keys = carve(max_pairs);
-    b.sorted_pairs = carve(max_pairs);
-    b.pair_iota = carve(max_pairs);
-    b.row_token = carve(max_rows);
-    b.pair_rows = carve(max_pairs);
-    b.pair_weights = weights.get();
-    b.sort_temp = temp.get();
-    b.sort_temp_bytes = permute_sort_temp_bytes(max_pairs);
-    fill_iota(b.pair_iota, max_pairs, nullptr);
-  }
-  std::vector<int32_t> host(const int32_t* ptr, int64_t n) const {
-    std::vector<int32_t> out(n);
-    MOE_CUDA_CHECK(cudaDeviceSynchronize());
-    MOE_CUDA_CHECK(cudaMemcpy(out.data(), ptr, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    return out;
-  }
-};
+std::vector<int32_t> host(const int32_t* ptr, int64_t n) {
+  std::vector<int32_t> out(n);
+  MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  MOE_CUDA_CHECK(cudaMemcpy(out.data(), ptr, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  return out;
+}
 
 template <class T>
 std::vector<T> values(const Tensor& t) {
@@ -74,26 +51,25 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
           const ExpertBatch want = capacity < 0 ? cpu::permute_contiguous(x, topk, E)
                                                 : cpu::permute_padded(x, topk, E, capacity, policy);
           const int64_t rows = want.rows.size(0);
-          DevicePermute dev(T * k, std::max<int64_t>(rows, 1), E);
+          const PermuteWorkspace workspace(E, T * k, std::max<int64_t>(rows, 1));
+          const PermuteBuffers& b = workspace.buffers();
           test::Device<int32_t> d_ids(ids);
           test::Device<float> d_weights(weights);
-          const int64_t max_tiles = std::max<int64_t>(rows, 1) + E;
-          test::Device<int32_t> tile_expert(max_tiles), tile_row(max_tiles), n_tiles(1);
-          const TileMap tiles{.tile_rows = 16, .tile_expert = tile_expert.get(), .tile_row = tile_row.get(),
-                              .n_tiles = n_tiles.get(), .max_tiles = max_tiles};
-          permute(d_ids.get(), d_weights.get(), T, k, E, capacity, renormalize, dev.b, tiles, nullptr);
-          EXPECT_EQ(dev.host(dev.b.pair_rows, T * k), values<int32_t>(want.pair_rows));
-          EXPECT_EQ(dev.host(dev.b.row_token, rows), values<int32_t>(want.row_token));
-          const auto offsets = dev.host(dev.b.expert_offsets, E), counts = dev.host(dev.b.segment_counts, E);
-          const auto dropped = dev.host(dev.b.dropped, E);
+          const TileMap tiles = workspace.tile_map(16, std::max<int64_t>(rows, 1));
+          permute(d_ids.get(), d_weights.get(), T, k, E, capacity, renormalize, b, tiles, nullptr);
+          EXPECT_EQ(host(b.pair_rows, T * k), values<int32_t>(want.pair_rows));
+          EXPECT_EQ(host(b.row_token, rows), values<int32_t>(want.row_token));
+          const auto offsets = host(b.expert_offsets, E), counts = host(b.segment_counts, E);
+          const auto dropped = host(b.dropped, E);
           for (int e = 0; e < E; ++e) {
             EXPECT_EQ(offsets[e], want.expert_offsets.data_as<int64_t>()[e]);
             EXPECT_EQ(counts[e], want.expert_counts.data_as<int64_t>()[e]);
             EXPECT_EQ(dropped[e], want.dropped_per_expert.data_as<int64_t>()[e]);
           }
           // The tile map covers every filled row of every segment exactly once.
-          const auto n = n_tiles.host()[0];
-          const auto t_expert = tile_expert.host(), t_row = tile_row.host();
+          const auto n = host(tiles.n_tiles, 1)[0];
+          ASSERT_LE(n, tiles.max_tiles);
+          const auto t_expert = host(tiles.tile_expert, n), t_row = host(tiles.tile_row, n);
           int64_t covered = 0;
           for (int32_t i = 0; i < n; ++i) {
             const int32_t e = t_expert[i];
@@ -106,7 +82,7 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
           for (int e = 0; e < E; ++e) filled += counts[e];
           EXPECT_EQ(covered, filled);
           std::vector<float> got_w(T * k);
-          MOE_CUDA_CHECK(cudaMemcpy(got_w.data(), dev.b.pair_weights, T * k * sizeof(float), cudaMemcpyDeviceToHost));
+          MOE_CUDA_CHECK(cudaMemcpy(got_w.data(), b.pair_weights, T * k * sizeof(float), cudaMemcpyDeviceToHost));
           for (int64_t i = 0; i < T * k; ++i) {
             const float w = want.pair_weights.data_as<float>()[i];
             ASSERT_NEAR(got_w[i], w, 1e-6 * std::max(1.0f, std::fabs(w)));  // fp32 on the GPU, fp64 on the CPU
