@@ -1,6 +1,40 @@
 #include "cuda_test_util.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace moe::test {
+
+std::vector<uint16_t> bf16_bits(const Tensor& t) {
+  const Tensor b = t.to(DType::BF16);
+  return {b.data_as<uint16_t>(), b.data_as<uint16_t>() + b.numel()};
+}
+
+RandomExperts random_experts(int E, int64_t H, int64_t I, TestRng& rng) {
+  RandomExperts r;
+  for (int e = 0; e < E; ++e) {
+    r.experts.push_back({rng.normal_tensor({I, H}, 0.1f, DType::BF16), rng.normal_tensor({I, H}, 0.1f, DType::BF16),
+                         rng.normal_tensor({H, I}, 0.1f, DType::BF16)});
+    for (const Tensor* t : {&r.experts.back().gate, &r.experts.back().up}) {
+      const auto bits = bf16_bits(*t);
+      r.w13.insert(r.w13.end(), bits.begin(), bits.end());
+    }
+    const auto bits = bf16_bits(r.experts.back().down);
+    r.w2.insert(r.w2.end(), bits.begin(), bits.end());
+  }
+  return r;
+}
+
+double max_relative_error(const std::vector<float>& got, const Tensor& want) {
+  const float* w = want.data_as<float>();
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return HUGE_VAL;  // an unwritten (junk) or broken value fails every bound
+    worst = std::max(worst, std::fabs(double{got[i]} - w[i]));
+    scale = std::max(scale, std::fabs(double{w[i]}));
+  }
+  return worst / scale;
+}
 
 nlohmann::json cuda_case_config(const std::string& type, int64_t H, int64_t I, int E, int k) {
   nlohmann::json c = {{"model_type", type}, {"hidden_size", H}, {"num_experts_per_tok", k}, {"hidden_act", "silu"}};

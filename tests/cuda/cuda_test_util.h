@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for the GPU tests: skip without a GPU, device buffers filled from host vectors or with junk,
-// and MoE configs whose sizes the CUDA kernels take.
+// MoE configs whose sizes the CUDA kernels take, random experts in the kernels' layout, and the error
+// measure the GPU tests compare with.
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -11,7 +12,10 @@
 
 #include "moe/cuda/check.h"
 #include "moe/cuda/device_info.h"
+#include "moe/core/expert_batch.h"
+#include "moe/core/tensor.h"
 #include "moe/layer/moe_config.h"
+#include "test_random.h"
 
 namespace moe::test {
 
@@ -47,6 +51,20 @@ class Device {
   T* data_ = nullptr;
   size_t count_;
 };
+
+// t's values as bf16 bits (rounded if t is not BF16).
+std::vector<uint16_t> bf16_bits(const Tensor& t);
+
+// E random SwiGLU experts (bf16 values, scale 0.1) and the device layout of their weights as bf16 bits:
+// w13 [E, 2I, H] (gate rows, then up rows), w2 [E, H, I].
+struct RandomExperts {
+  std::vector<SwigluWeights> experts;
+  std::vector<uint16_t> w13, w2;
+};
+RandomExperts random_experts(int E, int64_t H, int64_t I, TestRng& rng);
+
+// max |got - want| / max |want| over all values (want F32); infinite if any of got is not finite.
+double max_relative_error(const std::vector<float>& got, const Tensor& want);
 
 // A HF config.json of `model_type` with CUDA-friendly sizes.
 nlohmann::json cuda_case_config(const std::string& model_type, int64_t hidden, int64_t intermediate, int n_experts,

@@ -11,10 +11,7 @@
 namespace moe::cuda {
 namespace {
 
-std::vector<uint16_t> bf16_bits(const Tensor& t) {
-  const Tensor b = t.to(DType::BF16);
-  return {b.data_as<uint16_t>(), b.data_as<uint16_t>() + b.numel()};
-}
+using test::bf16_bits;
 
 TEST(CudaGroupedGemm, MatchesTheCpuExpertsForEveryTileHeight) {
   MOE_SKIP_WITHOUT_GPU();
@@ -25,18 +22,7 @@ TEST(CudaGroupedGemm, MatchesTheCpuExpertsForEveryTileHeight) {
       for (int tile_rows : {16, 64, 128}) {
         SCOPED_TRACE("E " + std::to_string(E) + " T " + std::to_string(T) + " tile " + std::to_string(tile_rows));
         const int k = std::min(E, 2);
-        std::vector<SwigluWeights> experts;
-        std::vector<uint16_t> w13, w2;
-        for (int e = 0; e < E; ++e) {
-          experts.push_back({rng.normal_tensor({I, H}, 0.1f, DType::BF16), rng.normal_tensor({I, H}, 0.1f, DType::BF16),
-                             rng.normal_tensor({H, I}, 0.1f, DType::BF16)});
-          for (const Tensor* t : {&experts.back().gate, &experts.back().up}) {
-            const auto bits = bf16_bits(*t);
-            w13.insert(w13.end(), bits.begin(), bits.end());
-          }
-          const auto bits = bf16_bits(experts.back().down);
-          w2.insert(w2.end(), bits.begin(), bits.end());
-        }
+        const auto [experts, w13, w2] = test::random_experts(E, H, I, rng);
         const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16).to_f32();  // bf16-exact values
         TopK topk{Tensor::empty(DType::I32, {T, k}), Tensor::from_f32({T, k}, std::vector<float>(T * k, 0.5f))};
         for (int64_t t = 0; t < T; ++t)  // expert E-1 gets nothing when E > 2

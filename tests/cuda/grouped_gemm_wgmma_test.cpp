@@ -19,10 +19,7 @@
 namespace moe::cuda {
 namespace {
 
-std::vector<uint16_t> bf16_bits(const Tensor& t) {
-  const Tensor b = t.to(DType::BF16);
-  return {b.data_as<uint16_t>(), b.data_as<uint16_t>() + b.numel()};
-}
+using test::bf16_bits;
 
 struct Case {
   int64_t H, I;
@@ -78,18 +75,7 @@ void check_schedule(const Case& c, WgmmaSchedule schedule, const test::Device<ui
 void check_case(const Case& c, test::TestRng& rng) {
   const int E = static_cast<int>(c.counts.size());
   const int64_t T = std::accumulate(c.counts.begin(), c.counts.end(), int64_t{0}), H = c.H, I = c.I;
-  std::vector<SwigluWeights> experts;
-  std::vector<uint16_t> w13, w2;
-  for (int e = 0; e < E; ++e) {
-    experts.push_back({rng.normal_tensor({I, H}, 0.1f, DType::BF16), rng.normal_tensor({I, H}, 0.1f, DType::BF16),
-                       rng.normal_tensor({H, I}, 0.1f, DType::BF16)});
-    for (const Tensor* t : {&experts.back().gate, &experts.back().up}) {
-      const auto bits = bf16_bits(*t);
-      w13.insert(w13.end(), bits.begin(), bits.end());
-    }
-    const auto bits = bf16_bits(experts.back().down);
-    w2.insert(w2.end(), bits.begin(), bits.end());
-  }
+  const auto [experts, w13, w2] = test::random_experts(E, H, I, rng);
   const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16).to_f32();  // bf16-exact values
   // k = 1; tokens shuffled over the experts so that the gather is not the identity.
   std::vector<int32_t> expert_of;

@@ -155,12 +155,7 @@ TEST(CudaMoeLayer, GraphReplayOnNewInputs) {
     EXPECT_EQ(graph_out, eager_out) << "replay " << replay;
     MoeLayer cpu_layer(config, weights);
     const LayerOutput want = cpu_layer.forward(x.to_f32());
-    double worst = 0, scale = 1e-30;
-    for (int64_t i = 0; i < T * H; ++i) {
-      worst = std::max(worst, std::fabs(double{graph_out[i]} - want.hidden_states.data_as<float>()[i]));
-      scale = std::max(scale, std::fabs(double{want.hidden_states.data_as<float>()[i]}));
-    }
-    EXPECT_LE(worst / scale, 1e-2) << "replay " << replay;
+    EXPECT_LE(test::max_relative_error(graph_out, want.hidden_states), 1e-2) << "replay " << replay;
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
