@@ -6,12 +6,8 @@
 # Here, first: CARRY=build-cs-carry bash scripts/device/prepare_carry.sh (or a copy of a fresh .device-carry);
 # then run with carry ["build-cs-carry"] and CARRY=build-cs-carry bash scripts/device/compute_sanitizer.sh.
 set -uo pipefail
-carry=${CARRY:-.device-carry}
+source scripts/device/carry_env.sh
 limit=${LIMIT:-170}
-out=${OUT:-/tmp}
-export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export MOE_BINARY="$PWD/$carry/bin/moe"
-export MOE_TEST_DATA="$PWD/tests/data"  # causal_lm_cuda_tests reads the fixtures
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 "$sanitizer" --version | tail -1

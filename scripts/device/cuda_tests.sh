@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
 # On the device: the GPU tests (label cuda) from the carried build, then `moe info`. Full log in $OUT.
 set -uo pipefail
-export LD_LIBRARY_PATH="$PWD/.device-carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export MOE_BINARY="$PWD/.device-carry/bin/moe"
-bin=.device-carry/bin
-out=${OUT:-/tmp}
+source scripts/device/carry_env.sh
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader
 $bin/moe info
 $bin/cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED)|Failure|error|Expected|Which is|seed" | head -60

@@ -7,11 +7,7 @@
 # Needs a carry folder from scripts/device/prepare_carry.sh: CARRY names it (default .device-carry).
 # Usage: [CHAIN=shapes] [NOPREFETCH=1] [PEERS=routings] [PHASES=1] decode_bench.sh [shapes] [tokens] [routings]
 set -uo pipefail
-carry=${CARRY:-.device-carry}
-export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export MOE_BINARY="$PWD/$carry/bin/moe"
-bin=$carry/bin
-out=${OUT:-/tmp}
+source scripts/device/carry_env.sh
 work=/tmp/decode-bench && rm -rf "$work" && mkdir -p "$work"  # packed into one file: the device returns 8
 shapes=${1:-qwen3-30b-a3b,deepseek-v3,mixtral-8x7b}
 tokens=${2:-1,2,4,8,16}

@@ -4,11 +4,7 @@
 # the points issue 4 and 5 judge (T 1 and 16 on three shapes, DeepSeek-V3 T 8192). Logs and JSON in $OUT;
 # a compact summary last.
 set -uo pipefail
-export LD_LIBRARY_PATH="$PWD/.device-carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export MOE_BINARY="$PWD/.device-carry/bin/moe"
-export MOE_TEST_DATA="$PWD/tests/data"
-bin=.device-carry/bin
-out=${OUT:-/tmp}
+source scripts/device/carry_env.sh
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader
 status=0
 for t in cuda_tests causal_lm_cuda_tests; do

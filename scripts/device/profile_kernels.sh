@@ -2,8 +2,7 @@
 # On the device: per-kernel durations of one decode forward (Qwen3-30B-A3B, T=1) and the tensor-pipe use of
 # the prefill GEMMs (DeepSeek-V3, T=8192), with Nsight Compute (clocks left alone, as METHOD.md says).
 set -uo pipefail
-export LD_LIBRARY_PATH="$PWD/.device-carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-bin=.device-carry/bin
+source scripts/device/carry_env.sh
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 kernels='regex:router|permute|grouped_gemm|unpermute|count_kernel|layout|scatter|tiles|DeviceRadix|bf16_to_f32'
 "$ncu" --clock-control none -k "$kernels" -c 12 --metrics gpu__time_duration.sum \

@@ -3,15 +3,12 @@
 # (balanced and Zipf routing), and the PyTorch peers on the same shapes; one table at the end.
 # Needs .device-carry/ (scripts/device/prepare_carry.sh). Usage: side_by_side.sh [shapes] [tokens]
 set -uo pipefail
-carry=${CARRY:-.device-carry}  # the carried build (scripts/device/prepare_carry.sh)
-export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export MOE_BINARY="$PWD/$carry/bin/moe"
+source scripts/device/carry_env.sh  # the carried build (scripts/device/prepare_carry.sh)
 # Everything goes to a work folder; $OUT gets the table, the logs and one tarball (the device returns 8 files).
 out=/tmp/moe-side-by-side
 rm -rf "$out" && mkdir -p "$out"
 shapes=${1:-qwen3-30b-a3b,deepseek-v3,mixtral-8x7b,olmoe-1b-7b}
 tokens=${2:-1,16,128,1024,8192}
-bin=$carry/bin
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 $bin/cuda_tests > "$out/cuda_tests.log" 2>&1; echo "cuda_tests: $(grep -E '^\[  (PASSED|FAILED)' "$out/cuda_tests.log" | tr '\n' ' ')"
 $bin/moe demo --backend cuda > "$out/demo_cuda.log" 2>&1; echo "demo --backend cuda: exit $?, $(grep '^check' "$out/demo_cuda.log")"

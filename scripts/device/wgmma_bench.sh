@@ -6,11 +6,7 @@
 # Needs a carry folder from scripts/device/prepare_carry.sh: CARRY names it (default .device-carry).
 # Usage: wgmma_bench.sh [shapes] [tokens]
 set -uo pipefail
-carry=${CARRY:-.device-carry}
-export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export MOE_BINARY="$PWD/$carry/bin/moe"
-bin=$carry/bin
-out=${OUT:-/tmp}
+source scripts/device/carry_env.sh
 json=/tmp/wgmma-json && rm -rf "$json" && mkdir -p "$json"  # packed into one file: the device returns 8
 shapes=${1:-deepseek-v3,mixtral-8x7b,qwen3-30b-a3b}
 tokens=${2:-1024,8192}

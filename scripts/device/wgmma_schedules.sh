@@ -7,11 +7,7 @@
 # Needs a carry folder from scripts/device/prepare_carry.sh: CARRY names it (default .device-carry).
 # Usage: wgmma_schedules.sh [shapes] [tokens]
 set -uo pipefail
-carry=${CARRY:-.device-carry}
-export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export MOE_BINARY="$PWD/$carry/bin/moe"
-bin=$carry/bin
-out=${OUT:-/tmp}
+source scripts/device/carry_env.sh
 work=/tmp/wgmma-schedules && rm -rf "$work" && mkdir -p "$work"  # packed into one tarball: $OUT returns 8 files
 shapes=${1:-deepseek-v3,qwen3-30b-a3b,mixtral-8x7b}
 tokens=${2:-1024,8192}
