@@ -4,10 +4,16 @@
 #include <cstdlib>
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace moe {
 
 namespace {
 thread_local bool tl_inside_pool = false;
+
+using Clock = std::chrono::steady_clock;
 
 int default_thread_count() {
   if (const char* env = std::getenv("MOE_NUM_THREADS")) {
@@ -16,9 +22,38 @@ int default_thread_count() {
   }
   return std::max(1u, std::thread::hardware_concurrency());
 }
+
+std::chrono::microseconds default_spin() {
+  if (const char* env = std::getenv("MOE_POOL_SPIN_US")) {
+    const int us = std::atoi(env);
+    if (us >= 0) return std::chrono::microseconds(us);
+  }
+  return ThreadPool::kDefaultSpin;
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Polls `ready` until it holds or `budget` has passed; returns its last value.
+template <class Ready>
+bool spin_until(const Ready& ready, std::chrono::microseconds budget) {
+  if (budget.count() <= 0) return ready();
+  const auto deadline = Clock::now() + budget;
+  for (int i = 1;; ++i) {
+    if (ready()) return true;
+    cpu_relax();
+    // NOTE: the clock every 16 pauses (a pause is ~40-140 cycles): about 1 µs of slack on the budget.
+    if (i % 16 == 0 && Clock::now() >= deadline) return ready();
+  }
+}
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) {
+ThreadPool::ThreadPool(int n_threads, std::chrono::microseconds spin) : spin_(spin) {
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -32,25 +67,25 @@ ThreadPool::~ThreadPool() {
 }
 
 ThreadPool& ThreadPool::global() {
-  static ThreadPool pool(default_thread_count());
+  static ThreadPool pool(default_thread_count(), default_spin());
   return pool;
 }
 
 void ThreadPool::run_chunks() {
   tl_inside_pool = true;
   for (;;) {
-    int64_t begin;
-    {
-      std::lock_guard lock(mutex_);
-      if (next_ >= n_ || error_) break;
-      begin = next_;
-      next_ = std::min(n_, next_ + grain_);
-    }
+    if (failed_.load(std::memory_order_relaxed)) break;
+    int64_t begin = next_.load(std::memory_order_relaxed);
+    do {
+      if (begin >= n_) break;
+    } while (!next_.compare_exchange_weak(begin, std::min(n_, begin + grain_), std::memory_order_relaxed));
+    if (begin >= n_) break;
     try {
       (*body_)(begin, std::min(n_, begin + grain_));
     } catch (...) {
       std::lock_guard lock(mutex_);
       if (!error_) error_ = std::current_exception();
+      failed_ = true;
     }
   }
   tl_inside_pool = false;
@@ -59,19 +94,24 @@ void ThreadPool::run_chunks() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stop_.load(); }, spin_);
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      ++sleepers_;
+      wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
+      --sleepers_;
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load();
+      // NOTE: joining under the mutex, against the caller's closing under it: a worker that joins is one
+      // the caller waits for, and none touches a loop (its body) after the caller has returned.
+      if (!open_) continue;
       ++busy_;
     }
     run_chunks();
-    {
+    if (--busy_ == 0) {
       std::lock_guard lock(mutex_);
-      --busy_;
+      if (caller_sleeping_) done_.notify_one();
     }
-    done_.notify_all();
   }
 }
 
@@ -84,23 +124,36 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     return;
   }
   // NOTE: one loop at a time; a second caller waits here until the first has drained.
-  static std::mutex caller_mutex;
-  std::lock_guard caller_lock(caller_mutex);
+  std::lock_guard caller_lock(caller_mutex_);
+  bool wake;
   {
     std::lock_guard lock(mutex_);
     body_ = &body;
     n_ = n;
     grain_ = grain;
     next_ = 0;
+    failed_ = false;
     error_ = nullptr;
+    open_ = true;
     ++generation_;
+    wake = sleepers_ > 0;
   }
-  wake_.notify_all();
+  if (wake) wake_.notify_all();
   run_chunks();
+  {
+    // Every chunk is claimed: no worker may join now; wait for those inside.
+    std::lock_guard lock(mutex_);
+    open_ = false;
+  }
+  if (!spin_until([&] { return busy_.load() == 0; }, spin_)) {
+    std::unique_lock lock(mutex_);
+    caller_sleeping_ = true;
+    done_.wait(lock, [&] { return busy_.load() == 0; });
+    caller_sleeping_ = false;
+  }
   std::exception_ptr error;
   {
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return busy_ == 0; });
+    std::lock_guard lock(mutex_);
     body_ = nullptr;
     error = error_;
   }
