@@ -77,6 +77,25 @@ void dot_block_f64_avx512(const float* const* x, const float* const* w, int64_t 
       out[t][e] = sum + _mm512_reduce_add_pd(acc[t][e]);
     }
 }
+
+// One token against four experts (a block of a single token: T = 1, decode), with the arithmetic of
+// dot_block_f64_avx512 for each (token, expert), so the logits are bit-identical to the 4-token path's; the
+// padded block would do four times the multiplies for one token's results.
+void dot_row_f64_avx512(const float* x, const float* const* w, int64_t H, double* out) {
+  __m512d acc[kBlock];
+  for (int e = 0; e < kBlock; ++e) acc[e] = _mm512_setzero_pd();
+  int64_t h = 0;
+  for (; h + kLanes <= H; h += kLanes) {
+    const __m512d xv = _mm512_cvtps_pd(_mm256_loadu_ps(x + h));
+#pragma GCC unroll 4
+    for (int e = 0; e < kBlock; ++e) acc[e] = _mm512_fmadd_pd(xv, _mm512_cvtps_pd(_mm256_loadu_ps(w[e] + h)), acc[e]);
+  }
+  for (int e = 0; e < kBlock; ++e) {
+    double sum = 0;
+    for (int64_t i = h; i < H; ++i) sum += double{x[i]} * double{w[e][i]};
+    out[e] = sum + _mm512_reduce_add_pd(acc[e]);
+  }
+}
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 
@@ -114,7 +133,9 @@ Tensor router_logits_fast(const Tensor& x, const Tensor& gate_weight) {
         wr[i] = ws + (e0 + std::min(i, ne - 1)) * H;
       }
       double result[kBlock][kBlock];
-      if (avx512)
+      if (avx512 && nt == 1)
+        dot_row_f64_avx512(xr[0], wr, H, result[0]);
+      else if (avx512)
         dot_block_f64_avx512(xr, wr, H, result);
       else
         dot_block_f64(xr, nt, wr, ne, H, result);

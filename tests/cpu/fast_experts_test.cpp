@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -208,6 +209,28 @@ TEST(FastRouter, EqualsTheReferenceRouter) {
       for (int64_t i = 0; i < T * E; ++i)
         ASSERT_NEAR(fast.data_as<float>()[i], reference.data_as<float>()[i],
                     1e-6f * (1 + std::fabs(reference.data_as<float>()[i])));
+    }
+}
+
+// A lone token (T = 1, or the last of T = 4n + 1) takes the one-token kernel: its logits must be
+// bit-identical to the same token's inside a block of four, so that routing never depends on the batch.
+TEST(FastRouter, OneTokenKernelEqualsTheBlockedKernel) {
+  test::TestRng rng;
+  for (int64_t E : {1, 7, 128})
+    for (int64_t H : {5, 64, 2048, 2051}) {
+      SCOPED_TRACE("E " + std::to_string(E) + ", H " + std::to_string(H));
+      const Tensor x = rng.normal_tensor({5, H});
+      const Tensor w = rng.normal_tensor({E, H});
+      const Tensor batch = router_logits_fast(x, w);  // [5, E]: tokens 0-3 blocked, token 4 alone
+      for (int64_t t = 0; t < 5; ++t) {
+        Tensor one = Tensor::empty(DType::F32, {1, H});
+        std::memcpy(one.data(), x.data_as<float>() + t * H, H * sizeof(float));
+        const Tensor alone = router_logits_fast(one, w);  // [1, E]
+        for (int64_t e = 0; e < E; ++e)
+          ASSERT_EQ(std::bit_cast<uint32_t>(alone.data_as<float>()[e]),
+                    std::bit_cast<uint32_t>(batch.data_as<float>()[t * E + e]))
+              << "token " << t << ", expert " << e;
+      }
     }
 }
 
