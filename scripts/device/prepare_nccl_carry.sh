@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Here (no GPU): builds moe and the GPU expert-parallel tests for sm_90a in build-nccl and gathers what a
-# multi-GPU device run needs into .device-carry-nccl/ (git-ignored): the binaries, libfmt, and OpenMPI
+# Here (no GPU): builds moe, the GPU expert-parallel tests and the single-GPU tests for sm_90a in build-nccl
+# and gathers what a multi-GPU device run needs into .device-carry-nccl/ (git-ignored): the binaries, libfmt
+# (and the other distribution libraries they load, under lib/), and OpenMPI
 # (the device image has none): mpirun (orterun), libmpi with its MCA plugins and help files, PMIx, and the
 # shared libraries they load (nccl_ep.sh links only those the image lacks). NCCL itself comes from the
 # device image (CUDA or the nvidia-nccl wheel).
@@ -11,10 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build-nccl}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=ON >/dev/null
-cmake --build "$build" --target moe dist_cuda_ep_tests -j 2
+cmake --build "$build" --target moe dist_cuda_ep_tests cuda_tests causal_lm_cuda_tests -j 2
 C=${NCCL_CARRY:-.device-carry-nccl}
 rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/mpi/deps" "$C/mpi/usr/bin" "$C/mpi/usr/share"
-cp "$build/bin/moe" "$build/bin/dist_cuda_ep_tests" "$C/bin/"
+cp "$build/bin/moe" "$build/bin/dist_cuda_ep_tests" "$build/bin/cuda_tests" "$build/bin/causal_lm_cuda_tests" "$C/bin/"
 cp -L /usr/lib/x86_64-linux-gnu/libfmt.so.9 "$C/lib/"
 
 ompi=/usr/lib/x86_64-linux-gnu/openmpi

@@ -253,10 +253,12 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
         if (e0 + u * 32 + lane < p.gate_rows) logits[e0 + u * 32 + lane] = v[u];
     }
     __syncwarp();
+    stamp(p, 4);  // thread 0 routes token 0
     float* choice = logits + p.gate_rows;
     select_topk(p.router, logits, p.bias ? bias_s : nullptr, choice, choice + E, chosen_ids + t * k,
                 chosen_weights + t * k);
     if (lane == 0) shared_scale[t] = p.shared_gated ? 1.0f / (1.0f + __expf(-logits[E])) : 1.0f;
+    stamp(p, 5);
   }
   __syncthreads();
   for (int i = tid; i < T * k; i += kThreads) atomicOr(&expert_mask[chosen_ids[i]], 1u << (i / k));
@@ -301,7 +303,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
     slot_weight[i] = j < k ? chosen_weights[t * k + j] : shared_scale[t];
   }
   __syncthreads();
-  stamp(p, 4);
+  stamp(p, 6);
 
   // ---- Phase 1: gate+up and SwiGLU over the rows (entry, i), split evenly over the blocks. ------------
   // A task is one segment of a gate row and the matching up row; the block reduces segments in order.
@@ -381,7 +383,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
     }
   }
 
-  stamp(p, 5);
+  stamp(p, 7);
   // Before the barrier: this block's first down rows into L2, so that the weight stream does not pause.
   const int2 columns = block_range(H);
   {
@@ -397,7 +399,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
     }
   }
   grid_barrier(p.barrier);
-  stamp(p, 6);
+  stamp(p, 8);
 
   // ---- Phase 2: down and the weighted sum, over this block's output columns. --------------------------
   // A task is (group of kDownRows consecutive columns h, token t, slot j, segment s): the activation
@@ -454,7 +456,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
       __syncthreads();
     }
   }
-  stamp(p, 7);
+  stamp(p, 9);
 }
 
 template <int MAXT>

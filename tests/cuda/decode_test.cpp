@@ -176,7 +176,7 @@ TEST(CudaDecode, GridBarriersOrderThePhases) {
   const size_t blocks = stamps.size() / kDecodeTracePoints;
   ASSERT_GT(blocks, 0u);
   auto at = [&](size_t b, int point) { return stamps[b * kDecodeTracePoints + point]; };
-  for (int barrier : {2, 5}) {  // stamps 2 and 5 are taken before the barriers, 3 and 6 after
+  for (int barrier : {2, 7}) {  // stamps 2 and 7 are taken before the barriers, 3 and 8 after
     uint64_t last_arrival = 0, first_departure = ~uint64_t{0};
     for (size_t b = 0; b < blocks; ++b) {
       last_arrival = std::max(last_arrival, at(b, barrier));
@@ -249,6 +249,33 @@ TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
         us[r] *= 1e3f;
       }
       std::sort(us.begin(), us.end());
+      // The same forwards chained in one graph, as the layers of a model's decode step run: 8 forwards on
+      // the 8 inputs per replay, so the launch of a graph is paid once per 8 layers.
+      cudaGraphExec_t chain;
+      {
+        cudaGraph_t graph;
+        MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < 8; ++i)
+          gpu.forward(reinterpret_cast<const bf16*>(inputs[i]->get()), T, d_out.get(), d_ids.get(), d_weights.get(),
+                      stream);
+        MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        MOE_CUDA_CHECK(cudaGraphInstantiate(&chain, graph, 0));
+        cudaGraphDestroy(graph);
+      }
+      for (int r = 0; r < 3; ++r) MOE_CUDA_CHECK(cudaGraphLaunch(chain, stream));
+      for (int r = 0; r < 20; ++r) {
+        MOE_CUDA_CHECK(cudaEventRecord(events[r], stream));
+        MOE_CUDA_CHECK(cudaGraphLaunch(chain, stream));
+      }
+      MOE_CUDA_CHECK(cudaEventRecord(events[20], stream));
+      MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<float> chained(20);
+      for (int r = 0; r < 20; ++r) {
+        MOE_CUDA_CHECK(cudaEventElapsedTime(&chained[r], events[r], events[r + 1]));
+        chained[r] *= 1e3f / 8;
+      }
+      std::sort(chained.begin(), chained.end());
+      cudaGraphExecDestroy(chain);
       for (auto& e : events) cudaEventDestroy(e);
       for (auto g : graphs) cudaGraphExecDestroy(g);
       // One traced launch right after a launch on another input (its experts cold in L2, as in the replays).
@@ -261,7 +288,8 @@ TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
       uint64_t origin = ~uint64_t{0};
       for (size_t b = 0; b < blocks; ++b) origin = std::min(origin, stamps[b * kDecodeTracePoints]);
       std::string line = std::string(sh.name) + " T " + std::to_string(T) + ": replay median " +
-                         std::to_string(us[30]).substr(0, 6) + " us; stamps (median / last block, us from first entry):";
+                         std::to_string(us[30]).substr(0, 6) + " us, chained " + std::to_string(chained[10]).substr(0, 6) +
+                         " us a forward; stamps (median / last block, us from first entry):";
       for (int point = 0; point < kDecodeTracePoints; ++point) {
         std::vector<double> v(blocks);
         for (size_t b = 0; b < blocks; ++b) v[b] = (stamps[b * kDecodeTracePoints + point] - origin) * 1e-3;

@@ -194,9 +194,10 @@ void decode_layer(const routing::RouterConfig& config, const DecodeWeights& weig
                   int64_t n_tokens, const DecodeScratch& scratch, float* out, int32_t* topk_ids, float* topk_weights,
                   cudaStream_t stream);
 // Profiling: while on, every decode_layer launch has thread 0 of each block record %globaltimer (ns) at its
-// phase boundaries: entry, x staged, router done, barrier 1 passed, routed, gate+up done, barrier 2 passed,
-// exit. decode_trace_read synchronises and returns [blocks, kDecodeTracePoints] of the last launch.
-constexpr int kDecodeTracePoints = 8;
+// phase boundaries: entry, x staged, router done, barrier 1 passed, token 0's logits loaded, token 0
+// selected, routed, gate+up done, barrier 2 passed, exit. decode_trace_read synchronises and returns
+// [blocks, kDecodeTracePoints] of the last launch.
+constexpr int kDecodeTracePoints = 10;
 void decode_trace(bool on);
 std::vector<uint64_t> decode_trace_read();
 
