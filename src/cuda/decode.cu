@@ -64,7 +64,8 @@ struct DecodeParams {
 __device__ __forceinline__ void stamp(const DecodeParams& p, int point) {
   if (p.trace != nullptr && threadIdx.x == 0) {
     unsigned long long now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    // NOTE: the memory clobber keeps the compiler from moving loads and stores across the stamp.
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now) : : "memory");
     p.trace[blockIdx.x * kDecodeTracePoints + point] = now;
   }
 }
