@@ -21,6 +21,7 @@ struct LayerArgs {
   double capacity_factor = 1.0;
   bool ep = false;
   std::string placement, ep_transfer;  // ep_transfer: empty = f32 on the CPU, bf16 on GPUs
+  std::string ep_combine;              // empty: f32 on the CPU (its only one), bf16 on GPUs
 };
 
 // Without --cpu-experts: the fast bf16 experts for BF16 checkpoints (and whenever --cpu-weights int8 asks
@@ -40,7 +41,12 @@ void run_layer(LayerArgs a) {
   MOE_CHECK(!a.ep || (a.paradigm == "contiguous" && (a.backend == "cuda" || a.cpu_experts == "reference")),
             "--ep runs the contiguous paradigm, on the CPU reference experts or on GPUs (--backend cuda): drop "
             "--cpu-experts fast and --paradigm padded");
-  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty()), "--placement and --ep-transfer need --ep");
+  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
+            "--placement, --ep-transfer and --ep-combine need --ep");
+  const std::string ep_combine = !a.ep_combine.empty() ? a.ep_combine : a.backend == "cuda" ? "bf16" : "f32";
+  MOE_CHECK(a.backend == "cuda" || ep_combine == "f32",
+            "--ep-combine {}: the CPU expert-parallel path sends its partial sums back as f32 only; drop "
+            "--ep-combine or use --backend cuda", ep_combine);
   MOE_CHECK(a.cpu_weights == "bf16" || a.cpu_experts == "fast",
             "--cpu-weights {} needs the fast CPU experts (drop --cpu-experts reference)", a.cpu_weights);
   LayerOptions options{.paradigm = a.paradigm == "padded" ? Paradigm::padded : Paradigm::contiguous,
@@ -56,6 +62,7 @@ void run_layer(LayerArgs a) {
     run_layer_ep(config, std::move(weights), input.get("hidden_states"),
                  {.placement = a.placement,
                   .transfer = a.ep_transfer.empty() ? (a.backend == "cuda" ? "bf16" : "f32") : a.ep_transfer,
+                  .combine = ep_combine,
                   .output = a.output,
                   .stats = a.stats,
                   .backend = a.backend});
@@ -121,6 +128,10 @@ Run add_layer_command(CLI::App& app) {
   cmd->add_option("--ep-transfer", args->ep_transfer, "--ep: dispatch wire format f32 (exact; the CPU default), "
                   "bf16 (the GPU default) or fp8 (e4m3, one scale per 128 values)")
       ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
+  cmd->add_option("--ep-combine", args->ep_combine,
+                  "--ep: wire format of the partial sums sent back, bf16 (the GPU default) or f32 (the CPU's only "
+                  "one; on GPUs the output then equals one GPU's up to fp32 addition order)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   return [args] { run_layer(*args); };
 }
 

@@ -32,6 +32,7 @@ void write_ep_outputs(const dist::EpOutput& out, const dist::Placement& placemen
   }
   j["ep"] = {{"ranks", n_ranks},
              {"transfer", dist::transfer_name(transfer)},
+             {"combine", args.combine},
              {"backend", args.backend},
              {"per_rank", per_rank}};
   std::ofstream file(args.stats);

@@ -12,6 +12,7 @@ namespace moe::cli {
 struct EpLayerArgs {
   std::string placement;  // placement JSON, or empty for contiguous
   std::string transfer;   // f32 | bf16 | fp8 (dispatch wire format)
+  std::string combine;    // f32 | bf16 (wire format of the partial sums back; the CPU path: f32 only)
   std::string output;     // safetensors: hidden_states, topk_ids, topk_weights
   std::string stats;      // optional: load statistics + per-rank exchange statistics
   std::string backend = "cpu";  // cpu (MPI, reference experts) | cuda (one GPU per rank, NCCL)

@@ -12,7 +12,7 @@ void run_layer_ep_cuda(const MoeConfig& config, const MoeWeights& weights, const
   dist::EpOutput out;
   {
     const std::unique_ptr<dist::DeviceCommunicator> comm = dist::make_nccl_communicator(*host);
-    out = dist::run_cuda_ep_layer(*comm, config, weights, placement, transfer, x);
+    out = dist::run_cuda_ep_layer(*comm, config, weights, placement, transfer, x, dist::parse_transfer(args.combine));
   }  // NCCL is torn down before MPI
   if (host->rank() != 0) return;
   write_ep_outputs(out, placement, host->size(), transfer, args);

@@ -58,6 +58,7 @@ TEST_F(EpCli, TwoRanksEqualOneWithStatsAndPlacement) {
   std::ifstream stats_file(dir_ / "ep.json");
   const nlohmann::json stats = nlohmann::json::parse(stats_file);
   ASSERT_EQ(stats["ep"]["per_rank"].size(), 2u);
+  EXPECT_EQ(stats["ep"]["combine"], "f32");  // the CPU path's only combine wire
   int64_t tokens = 0, pairs = 0;
   for (const auto& r : stats["ep"]["per_rank"])
     tokens += r["tokens"].get<int64_t>(), pairs += r["pairs_served"].get<int64_t>();
@@ -95,6 +96,12 @@ TEST_F(EpCli, BadOptionsExitTwo) {
   const CommandResult no_ep = run_command(dir_, layer(dir_, "y.safetensors", "--placement p.json"));
   EXPECT_EQ(no_ep.exit_code, 2);
   EXPECT_NE(no_ep.err.find("need --ep"), std::string::npos) << no_ep.err;
+  const CommandResult combine_no_ep = run_command(dir_, layer(dir_, "y.safetensors", "--ep-combine f32"));
+  EXPECT_EQ(combine_no_ep.exit_code, 2);
+  EXPECT_NE(combine_no_ep.err.find("need --ep"), std::string::npos) << combine_no_ep.err;
+  const CommandResult bf16_combine = run_command(dir_, layer(dir_, "y.safetensors", "--ep --ep-combine bf16"));
+  EXPECT_EQ(bf16_combine.exit_code, 2);
+  EXPECT_NE(bf16_combine.err.find("f32 only"), std::string::npos) << bf16_combine.err;
   std::ofstream(dir_ / "wrong.json") << R"({"n_experts": 4, "n_ranks": 2, "ranks": [[0, 1], [1, 2]]})";
   const CommandResult wrong = run_command(
       dir_, mpirun(2) + layer(dir_, "y.safetensors", "--ep --placement " + (dir_ / "wrong.json").string()));
