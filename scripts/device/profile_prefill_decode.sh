@@ -1,43 +1,20 @@
 #!/usr/bin/env bash
 # On the device, one call (issue 5): where the time of the two regimes that miss their targets goes.
 # (1) DeepSeek-V3 T = 8192: time, DRAM bytes, L2 hit rate and tensor-pipe (HGMMA) activity of every kernel
-#     of one forward (ncu metrics, CSV parsed to a table);
+#     of one forward (ncu metrics, tabulated by ncu_table.py; the HGMMA pipe metric is not collected on this
+#     driver);
 # (2) Qwen3-30B-A3B T = 1: the fused decode kernel's warp-stall samples by source line (ncu SourceCounters
 #     and WarpStateStats sections), to find what holds up its routing.
 # Needs a carry folder from scripts/device/prepare_carry.sh (CARRY, default .device-carry). Logs in $OUT.
 set -uo pipefail
 source scripts/device/carry_env.sh
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct
-metrics=$metrics,sm__pipe_tensor_op_hgmma_cycles_active.avg.pct_of_peak_sustained_active
 # The bench's first launches are the cuBLAS and copy ceilings (13 launches), then one forward's kernels.
 timeout 200 ncu --clock-control none --print-units base --csv --metrics "$metrics" --launch-skip 13 --launch-count 14 \
   --log-file "$out/ncu_prefill.csv" "$bin/moe" bench --backend cuda --shape deepseek-v3 --tokens 8192 --repeats 3 \
   > "$out/ncu_prefill.out" 2>&1
 echo "== ncu deepseek-v3 T=8192 (rc $?)"
-python3 - "$out/ncu_prefill.csv" <<'PY'
-import csv, sys
-def number(s):
-    try:
-        return float(s.replace(",", ""))
-    except ValueError:
-        return 0.0
-rows, head = {}, None
-with open(sys.argv[1]) as f:
-    for r in csv.reader(line for line in f if line.startswith('"')):
-        if r[0] == "ID":
-            head = r
-            continue
-        d = dict(zip(head, r))
-        k = rows.setdefault(int(d["ID"]), {"name": d["Kernel Name"][:44]})
-        k[d["Metric Name"]] = number(d["Metric Value"])
-for i in sorted(rows):
-    k = rows[i]
-    us = k.get("gpu__time_duration.sum", 0) / 1e3
-    rd = k.get("dram__bytes_read.sum", 0) / 1e9
-    print(f"{i:3d} {k['name']:44s} {us:9.1f} us  read {rd:7.3f} GB ({rd / max(us, 1e-9) * 1e3:5.2f} TB/s)  "
-          f"write {k.get('dram__bytes_write.sum', 0) / 1e9:6.3f} GB  L2 hit {k.get('lts__t_sector_hit_rate.pct', 0):5.1f}%  "
-          f"hgmma {k.get('sm__pipe_tensor_op_hgmma_cycles_active.avg.pct_of_peak_sustained_active', 0):5.1f}%")
-PY
+python3 scripts/device/ncu_table.py "$out/ncu_prefill.csv"
 timeout 200 ncu --clock-control none --kernel-name regex:decode_layer --launch-skip 2 --launch-count 1 \
   --section SourceCounters --section WarpStateStats --import-source no \
   "$bin/moe" bench --backend cuda --shape qwen3-30b-a3b --tokens 1 --repeats 3 > "$out/ncu_decode.txt" 2>&1

@@ -59,25 +59,7 @@ for shape in deepseek-v3 qwen3-30b-a3b; do
     --log-file "$work/ncu_$shape.csv" "$bin/moe" bench --backend cuda --shape "$shape" --tokens 8192 --repeats 3 \
     > "$work/ncu_$shape.out" 2>&1
   echo "== ncu $shape T=8192 (rc $?)"
-  python3 - "$work/ncu_$shape.csv" <<'EOF'
-import csv, sys
-rows = {}
-with open(sys.argv[1]) as f:
-    for r in csv.reader(line for line in f if line.startswith('"')):
-        if r[0] == "ID":
-            head = r
-            continue
-        d = dict(zip(head, r))
-        k = rows.setdefault(int(d["ID"]), {"name": d["Kernel Name"][:40]})
-        k[d["Metric Name"]] = float(d["Metric Value"].replace(",", ""))
-total = 0
-for i in sorted(rows):
-    k = rows[i]
-    us = k.get("gpu__time_duration.sum", 0) / 1e3
-    total += us
-    print(f"{i:3d} {k['name']:40s} {us:10.1f} us  read {k.get('dram__bytes_read.sum', 0) / 1e9:7.3f} GB  write {k.get('dram__bytes_write.sum', 0) / 1e9:7.3f} GB")
-print(f"sum of the kernels above: {total:.1f} us")
-EOF
+  python3 scripts/device/ncu_table.py "$work/ncu_$shape.csv"
 done | tee -a "$work/summary.txt"
 
 # The torch peers once; a table for every schedule against them.

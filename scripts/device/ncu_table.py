@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""One line per kernel of an `ncu --csv --print-units base` metrics log: time, DRAM bytes read (and the rate)
+and written, and the L2 hit rate where the log has them; then the sum of the times. Values ncu could not
+collect ("n/a") count as 0.
+
+  ncu_table.py LOG.csv
+"""
+import csv
+import sys
+
+
+def number(text):
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def main():
+    rows, head = {}, None
+    with open(sys.argv[1]) as f:
+        for r in csv.reader(line for line in f if line.startswith('"')):
+            if r[0] == "ID":
+                head = r
+                continue
+            d = dict(zip(head, r))
+            k = rows.setdefault(int(d["ID"]), {"name": d["Kernel Name"][:44]})
+            k[d["Metric Name"]] = number(d["Metric Value"])
+    total = 0.0
+    for i in sorted(rows):
+        k = rows[i]
+        us = k.get("gpu__time_duration.sum", 0) / 1e3
+        total += us
+        rd = k.get("dram__bytes_read.sum", 0) / 1e9
+        line = (f"{i:3d} {k['name']:44s} {us:9.1f} us  read {rd:7.3f} GB ({rd / max(us, 1e-9) * 1e3:5.2f} TB/s)"
+                f"  write {k.get('dram__bytes_write.sum', 0) / 1e9:6.3f} GB")
+        if "lts__t_sector_hit_rate.pct" in k:
+            line += f"  L2 hit {k['lts__t_sector_hit_rate.pct']:5.1f}%"
+        print(line)
+    print(f"sum of the kernels above: {total:.1f} us")
+
+
+if __name__ == "__main__":
+    main()
