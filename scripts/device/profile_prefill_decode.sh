@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # On the device, one call (issue 5): where the time of the two regimes that miss their targets goes.
-# (1) DeepSeek-V3 T = 8192: time, DRAM bytes, L2 hit rate and tensor-pipe (HGMMA) activity of every kernel
-#     of one forward (ncu metrics, tabulated by ncu_table.py; the HGMMA pipe metric is not collected on this
-#     driver);
-# (2) Qwen3-30B-A3B T = 1: the fused decode kernel's warp-stall samples by source line (ncu SourceCounters
-#     and WarpStateStats sections), to find what holds up its routing.
+# (1) DeepSeek-V3 T = 8192: time, DRAM bytes and L2 hit rate of every kernel of one forward (ncu metrics,
+#     tabulated by ncu_table.py);
+# (2) Qwen3-30B-A3B T = 1: the fused decode kernel's warp states and source counters (ncu WarpStateStats and
+#     SourceCounters sections), to find what holds up its routing.
 # Needs a carry folder from scripts/device/prepare_carry.sh (CARRY, default .device-carry). Logs in $OUT.
 set -uo pipefail
 source scripts/device/carry_env.sh
