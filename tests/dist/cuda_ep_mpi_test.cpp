@@ -179,7 +179,8 @@ TEST(CudaEp, RanksWithNoTokens) {
 }
 
 // An fp32 combine wire leaves only the order of fp32 additions between the EP and the single-GPU layer: on
-// one rank none (bit-identical), on more far below the bf16 wire's rounding.
+// one rank none (bit-identical), on more far below the bf16 wire's rounding. T = 97 keeps both layers on
+// the same kernels (mma.sync tiles of 16 rows: no fused decode kernel, no wgmma).
 TEST_P(CudaEpAllFamilies, F32CombineCloserThanBf16) {
   MOE_SKIP_WITHOUT_GPU_RANKS();
   test::TestRng rng(shared_seed());

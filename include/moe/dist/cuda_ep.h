@@ -13,8 +13,10 @@
 // Output equals the single-GPU layer (moe::cuda::CudaMoeLayer) within bf16 rounding: the partial sums are
 // rounded to bf16 once on the way back; fp8 dispatch within the MPI path's documented tolerance. With an
 // fp32 combine wire the only difference left is the order of fp32 additions (a token's partials are added
-// per rank, then across ranks, where the single-GPU layer adds its k pairs in one pass): on one rank the
-// output is bit-identical, on more it differs by fp32 rounding (~1e-7 relative).
+// per rank, then across ranks, where the single-GPU layer adds its k pairs in one pass) where both layers
+// run the same expert kernels (the mma.sync grouped GEMMs; the single-GPU layer also has the fused decode
+// kernel for T <= 2 and wgmma for large batches): on one rank then bit-identical, on more within fp32
+// rounding (~1e-7 relative).
 // Because of the host synchronisation a forward cannot be captured in a CUDA graph.
 
 #include <cstdint>
