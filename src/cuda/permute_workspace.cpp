@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <utility>
 
+#include "moe/core/check.h"
+
 namespace moe::cuda {
 
 PermuteWorkspace::PermuteWorkspace(int64_t n_segments, int64_t max_pairs, int64_t max_rows)
-    : n_segments_(n_segments) {
+    : n_segments_(n_segments), max_rows_(max_rows) {
   // Bound for every tile height: the sum over segments of ceil(count / tile_rows) <= rows + segments.
   const int64_t max_tiles = max_rows + n_segments;
   ints_ = DeviceBuffer<int32_t>(5 * n_segments + 4 * max_pairs + max_rows + 2 * max_tiles + 1);
@@ -35,6 +37,8 @@ PermuteWorkspace::PermuteWorkspace(int64_t n_segments, int64_t max_pairs, int64_
 }
 
 TileMap PermuteWorkspace::tile_map(int tile_rows, int64_t rows) const {
+  MOE_CHECK(tile_rows >= 1 && rows >= 0 && rows <= max_rows_,
+            "tile map of {} rows in tiles of {}: the workspace holds {} rows", rows, tile_rows, max_rows_);
   return {.tile_rows = tile_rows, .tile_expert = tile_expert_, .tile_row = tile_row_, .n_tiles = n_tiles_,
           .max_tiles = std::min<int64_t>(rows, (rows + tile_rows - 1) / tile_rows + n_segments_)};
 }

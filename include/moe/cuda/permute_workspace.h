@@ -16,14 +16,13 @@ class PermuteWorkspace {
   // the contiguous layout, n_segments * capacity in the padded one). Fills pair_iota (synchronously).
   PermuteWorkspace(int64_t n_segments, int64_t max_pairs, int64_t max_rows);
 
-  PermuteBuffers& buffers() { return buffers_; }
   const PermuteBuffers& buffers() const { return buffers_; }
-  // The tile map of tiles of tile_rows over `rows` rows: at most min(rows, ceil(rows / tile_rows) +
-  // n_segments) tiles (a tile never straddles two segments).
+  // The tile map of tiles of tile_rows (>= 1) over `rows` (<= max_rows) rows: at most min(rows,
+  // ceil(rows / tile_rows) + n_segments) tiles (a tile never straddles two segments).
   TileMap tile_map(int tile_rows, int64_t rows) const;
 
  private:
-  int64_t n_segments_ = 0;
+  int64_t n_segments_ = 0, max_rows_ = 0;
   DeviceBuffer<int32_t> ints_;  // the int32 arrays of buffers_ and of the tile map, carved in order
   DeviceBuffer<float> pair_weights_;
   DeviceBuffer<unsigned char> sort_temp_;
