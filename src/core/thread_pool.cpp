@@ -1,8 +1,12 @@
 #include "moe/core/thread_pool.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <string>
+#include <string_view>
+
+#include "moe/core/check.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -24,11 +28,15 @@ int default_thread_count() {
 }
 
 std::chrono::microseconds default_spin() {
-  if (const char* env = std::getenv("MOE_POOL_SPIN_US")) {
-    const int us = std::atoi(env);
-    if (us >= 0) return std::chrono::microseconds(us);
-  }
-  return ThreadPool::kDefaultSpin;
+  const char* env = std::getenv("MOE_POOL_SPIN_US");
+  if (env == nullptr || *env == '\0') return ThreadPool::kDefaultSpin;
+  const std::string_view text(env);
+  int us = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), us);
+  MOE_CHECK(error == std::errc() && end == text.data() + text.size() && us >= 0 && us <= 1'000'000,
+            "MOE_POOL_SPIN_US='{}': give the microseconds an idle worker polls before sleeping, 0 to 1000000 "
+            "(0: never polls)", text);
+  return std::chrono::microseconds(us);
 }
 
 void cpu_relax() {

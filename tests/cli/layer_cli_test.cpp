@@ -14,6 +14,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -592,6 +593,20 @@ TEST(LayerBadInput, BadOptionValues) {
                     {"spill", "overflow"});
   expect_user_error(run_moe(dir, layer_args(dir, {"--paradigm", "padded", "--capacity-factor", "-1"})),
                     {"capacity"});
+}
+
+// A malformed thread-pool setting in the environment is an error naming it, not a silent default.
+TEST(LayerBadInput, BadPoolSpinIsNamed) {
+  TestRng rng;
+  const MoeCase c = random_moe_case("mixtral", rng, {.tokens = 4});
+  TempDir dir;
+  write_case(dir.path(), c);
+  for (const char* value : {"abc", "-5", "12us"}) {
+    ::setenv("MOE_POOL_SPIN_US", value, 1);
+    const RunResult run = run_moe(dir, layer_args(dir));
+    ::unsetenv("MOE_POOL_SPIN_US");
+    expect_user_error(run, {"MOE_POOL_SPIN_US"});
+  }
 }
 
 // ---- the fast CPU experts (the default) ----------------------------------------------------------------
