@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "ep_wires.h"
 #include "generate_ep.h"
 #include "generate_report.h"
 #include "id_list.h"
@@ -154,17 +155,13 @@ void run_generate(const GenerateArgs& a) {
   std::unique_ptr<GenerateEp> ep;  // outlives the model, whose MoE blocks hold its communicators
   MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
             "--placement, --ep-transfer and --ep-combine need --ep");
-  const std::string ep_transfer = !a.ep_transfer.empty() ? a.ep_transfer : a.backend == "cuda" ? "bf16" : "f32";
-  const std::string ep_combine = !a.ep_combine.empty() ? a.ep_combine : a.backend == "cuda" ? "bf16" : "f32";
-  MOE_CHECK(a.backend == "cuda" || ep_combine == "f32",
-            "--ep-combine {}: the CPU expert-parallel path sends its partial sums back as f32 only; drop "
-            "--ep-combine or use --backend cuda", ep_combine);
+  const EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
   if (a.ep) {
     MOE_CHECK(a.backend == "cuda" || a.cpu_experts != "fast",
               "--ep runs the MoE blocks on the CPU reference experts (or with --backend cuda on one GPU per rank): "
               "drop --cpu-experts fast");
-    ep = std::make_unique<GenerateEp>(a.backend, a.placement, dist::parse_transfer(ep_transfer),
-                                      dist::parse_transfer(ep_combine), a.max_batched_tokens);
+    ep = std::make_unique<GenerateEp>(a.backend, a.placement, dist::parse_transfer(wires.transfer),
+                                      dist::parse_transfer(wires.combine), a.max_batched_tokens);
   }
   const bool root = !ep || ep->rank() == 0;
 
@@ -205,8 +202,8 @@ void run_generate(const GenerateArgs& a) {
   fmt::print("{}: {} layers ({} MoE), {} experts, top-{}; {} backend, {} CPU experts{}\n", info.model_type,
              info.num_layers, info.moe_layers.size(), info.num_experts, info.top_k, a.backend,
              options.cpu_experts == CpuExperts::fast ? "fast" : "reference",
-             ep ? fmt::format(", expert-parallel over {} ranks ({} transfer, {} combine)", ep->size(), ep_transfer,
-                              ep_combine)
+             ep ? fmt::format(", expert-parallel over {} ranks ({} transfer, {} combine)", ep->size(),
+                              wires.transfer, wires.combine)
                 : "");
   for (size_t s = 0; s < prompts.size(); ++s) {
     if (prompts.size() > 1) fmt::print("\n[sequence {}]\n", s);

@@ -7,6 +7,7 @@
 #include "moe/core/checkpoint.h"
 #include "moe/core/safetensors.h"
 #include "layer_cuda.h"
+#include "ep_wires.h"
 #include "layer_ep.h"
 #include "moe/layer/moe_layer.h"
 
@@ -43,10 +44,7 @@ void run_layer(LayerArgs a) {
             "--cpu-experts fast and --paradigm padded");
   MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
             "--placement, --ep-transfer and --ep-combine need --ep");
-  const std::string ep_combine = !a.ep_combine.empty() ? a.ep_combine : a.backend == "cuda" ? "bf16" : "f32";
-  MOE_CHECK(a.backend == "cuda" || ep_combine == "f32",
-            "--ep-combine {}: the CPU expert-parallel path sends its partial sums back as f32 only; drop "
-            "--ep-combine or use --backend cuda", ep_combine);
+  const EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
   MOE_CHECK(a.cpu_weights == "bf16" || a.cpu_experts == "fast",
             "--cpu-weights {} needs the fast CPU experts (drop --cpu-experts reference)", a.cpu_weights);
   LayerOptions options{.paradigm = a.paradigm == "padded" ? Paradigm::padded : Paradigm::contiguous,
@@ -61,8 +59,8 @@ void run_layer(LayerArgs a) {
   if (a.ep) {
     run_layer_ep(config, std::move(weights), input.get("hidden_states"),
                  {.placement = a.placement,
-                  .transfer = a.ep_transfer.empty() ? (a.backend == "cuda" ? "bf16" : "f32") : a.ep_transfer,
-                  .combine = ep_combine,
+                  .transfer = wires.transfer,
+                  .combine = wires.combine,
                   .output = a.output,
                   .stats = a.stats,
                   .backend = a.backend});
