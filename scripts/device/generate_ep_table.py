@@ -58,7 +58,9 @@ def checks(one, ep, r_one, r_ep, prompt_lens, stats, f32_combine, gemm):
         failed.append("routing of later layers")
     if [x[:1] for x in ep] != [x[:1] for x in one]:
         failed.append("first token")
-    if f32_combine and ep != gemm:
+    if f32_combine and not gemm:
+        failed.append("the one-GPU run without the decode kernel failed")
+    elif f32_combine and ep != gemm:
         failed.append("tokens of the f32 combine")
     return "ok" if not failed else "FAIL: " + ", ".join(failed)
 

@@ -23,9 +23,13 @@ def main():
             if r[0] == "ID":
                 head = r
                 continue
+            if head is None:
+                sys.exit(f"{sys.argv[1]}: no header row (did ncu fail? see its output)")
             d = dict(zip(head, r))
             k = rows.setdefault(int(d["ID"]), {"name": d["Kernel Name"][:44]})
             k[d["Metric Name"]] = number(d["Metric Value"])
+    if head is None:
+        sys.exit(f"{sys.argv[1]}: no metrics (did ncu fail? see its output)")
     total = 0.0
     for i in sorted(rows):
         k = rows[i]

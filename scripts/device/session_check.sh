@@ -17,6 +17,7 @@ failed="$work/failed" && : > "$failed"  # the parts that failed (the block below
   if [ "$n_gpus" -ge 2 ]; then
     mkdir -p "$work/ep"
     OUT="$work/ep" bash scripts/device/nccl_ep.sh 2>&1 | grep -vE "PMIx|compression|^$|----|suppress|pcompress|strongly|continue|startup times"
+    [ "${PIPESTATUS[0]}" = 0 ] || echo nccl_ep >> "$failed"
   else
     echo "== one GPU: the expert-parallel part needs a multi-GPU kind (skipped)"
   fi

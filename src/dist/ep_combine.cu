@@ -63,7 +63,9 @@ template <typename Partial>
 void launch_combine(const Partial* back, const int32_t* copy_of, int n_ranks, int64_t n_tokens, int64_t hidden,
                     const bf16* shared, const float* shared_gate_logit, int64_t shared_gate_stride, float* out,
                     cudaStream_t stream) {
-  MOE_CUDA_REQUIRE(hidden % kVec == 0 && n_ranks <= kMaxRanks, "ep_combine: hidden must be a multiple of 8");
+  MOE_CUDA_REQUIRE(hidden % kVec == 0, "ep_combine: hidden must be a multiple of 8, got " + std::to_string(hidden));
+  MOE_CUDA_REQUIRE(n_ranks <= kMaxRanks, "ep_combine: at most " + std::to_string(kMaxRanks) + " ranks, got " +
+                                             std::to_string(n_ranks));
   if (n_tokens == 0) return;
   const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(64, hidden / kVec)));
   combine_kernel<<<static_cast<unsigned>(n_tokens), threads, 0, stream>>>(back, copy_of, n_ranks, n_tokens, hidden,

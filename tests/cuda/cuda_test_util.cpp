@@ -26,6 +26,8 @@ RandomExperts random_experts(int E, int64_t H, int64_t I, TestRng& rng) {
 }
 
 double max_relative_error(const std::vector<float>& got, const Tensor& want) {
+  MOE_CHECK(static_cast<int64_t>(got.size()) == want.numel(), "max_relative_error: {} values against {}",
+            got.size(), want.numel());
   const float* w = want.data_as<float>();
   double worst = 0, scale = 1e-30;
   for (size_t i = 0; i < got.size(); ++i) {

@@ -63,7 +63,8 @@ struct RandomExperts {
 };
 RandomExperts random_experts(int E, int64_t H, int64_t I, TestRng& rng);
 
-// max |got - want| / max |want| over all values (want F32); infinite if any of got is not finite.
+// max |got - want| / max |want| over all values (want F32, as many as got); infinite if any of got is not
+// finite.
 double max_relative_error(const std::vector<float>& got, const Tensor& want);
 
 // A HF config.json of `model_type` with CUDA-friendly sizes.
