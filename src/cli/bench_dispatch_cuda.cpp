@@ -48,7 +48,8 @@ DispatchBenchRow run_one(dist::DeviceCommunicator& comm, const DispatchBenchArgs
     d_ids.upload(topk.ids.data_as<int32_t>(), T * a.top_k);
     cuda::DeviceBuffer<float> d_weights(T * a.top_k), d_out(T * a.hidden);
     d_weights.upload(topk.weights.data_as<float>(), T * a.top_k);
-    dist::CudaEpExchange exchange(comm, dist::contiguous_placement(a.n_experts, R), wire, a.top_k, a.hidden, T);
+    dist::CudaEpExchange exchange(comm, dist::contiguous_placement(a.n_experts, R), {.dispatch = wire}, a.top_k,
+                                  a.hidden, T);
     const auto* xb = reinterpret_cast<const cuda::bf16*>(d_x.get());
     row.dispatch_us = median_slowest_us(host, a.repeats, [&] {
       exchange.dispatch(xb, d_ids.get(), d_weights.get(), T, stream);

@@ -52,16 +52,15 @@ std::vector<dist::ExchangeStats> over_layers(const std::vector<EpLayerStats>& st
 
 }  // namespace
 
-GenerateEp::GenerateEp(const std::string& backend, std::string placement_file, dist::Transfer transfer,
-                       dist::Transfer combine, int64_t max_batched_tokens)
+GenerateEp::GenerateEp(const std::string& backend, std::string placement_file, dist::EpWires wires,
+                       int64_t max_batched_tokens)
     : backend_(backend),
       placement_file_(std::move(placement_file)),
-      transfer_(transfer),
-      combine_(combine),
+      wires_(wires),
       max_batched_tokens_(max_batched_tokens) {
   if (backend_ == "cuda") {
 #if MOE_WITH_CUDA
-    MOE_CHECK(transfer_ != dist::Transfer::f32, "--ep --backend cuda sends bf16 rows (the GPU layer's input is bf16): "
+    MOE_CHECK(wires_.dispatch != dist::Transfer::f32, "--ep --backend cuda sends bf16 rows (the GPU layer's input is bf16): "
               "use --ep-transfer bf16 or fp8");
 #else
     MOE_FAIL("--ep --backend cuda: this build has no CUDA backend (no nvcc at configure time); use --backend cpu");
@@ -80,13 +79,13 @@ void GenerateEp::install(model::ModelOptions& options) {
     if (device_) {
 #if MOE_WITH_CUDA
       auto block = std::make_shared<dist::CudaReplicatedEpMoeLayer>(*device_, config, weights, std::move(placement),
-                                                                    transfer_, combine_, max_batched_tokens_);
+                                                                    wires_, max_batched_tokens_);
       blocks_.push_back({layer, [block] { return block->gather_totals(); }});
       return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
 #endif
     }
     auto block = std::make_shared<dist::ReplicatedEpMoeLayer>(*host_, config, std::move(weights),
-                                                              std::move(placement), transfer_);
+                                                              std::move(placement), wires_.dispatch);
     blocks_.push_back({layer, [block] { return block->gather_totals(); }});
     return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
   };
@@ -102,8 +101,8 @@ nlohmann::ordered_json GenerateEp::stats_json(const std::vector<EpLayerStats>& s
   nlohmann::ordered_json j;
   j["ranks"] = size();
   j["backend"] = backend_;
-  j["transfer"] = dist::transfer_name(transfer_);
-  j["combine"] = dist::transfer_name(combine_);
+  j["transfer"] = dist::transfer_name(wires_.dispatch);
+  j["combine"] = dist::transfer_name(wires_.combine);
   j["experts"] = placement_ ? nlohmann::ordered_json(placement_->rank_experts) : nlohmann::ordered_json::array();
   j["layers"] = nlohmann::ordered_json::object();
   for (const EpLayerStats& layer : stats) {

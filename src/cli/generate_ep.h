@@ -31,9 +31,8 @@ class GenerateEp {
  public:
   // Starts MPI (and NCCL for backend "cuda"). Collective. Throws moe::Error where the backend cannot run:
   // a build without MPI, CUDA or NCCL, a rank without a GPU of its own.
-  // transfer, combine: the dispatch and combine wires (combine: f32 on the CPU, bf16 or f32 on GPUs).
-  GenerateEp(const std::string& backend, std::string placement_file, dist::Transfer transfer, dist::Transfer combine,
-             int64_t max_batched_tokens);
+  // wires: resolve_ep_wires (ep_wires.h).
+  GenerateEp(const std::string& backend, std::string placement_file, dist::EpWires wires, int64_t max_batched_tokens);
   ~GenerateEp();
   GenerateEp(const GenerateEp&) = delete;
   GenerateEp& operator=(const GenerateEp&) = delete;
@@ -59,7 +58,7 @@ class GenerateEp {
     std::function<std::vector<dist::ExchangeStats>()> gather_totals;
   };
   std::string backend_, placement_file_;
-  dist::Transfer transfer_, combine_;
+  dist::EpWires wires_;
   int64_t max_batched_tokens_;
   // NOTE: declared in teardown order reversed: the blocks go first, then NCCL, then MPI.
   std::unique_ptr<dist::Communicator> host_;

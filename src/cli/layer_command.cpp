@@ -44,7 +44,7 @@ void run_layer(LayerArgs a) {
             "--cpu-experts fast and --paradigm padded");
   MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
             "--placement, --ep-transfer and --ep-combine need --ep");
-  const EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
+  const dist::EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
   MOE_CHECK(a.cpu_weights == "bf16" || a.cpu_experts == "fast",
             "--cpu-weights {} needs the fast CPU experts (drop --cpu-experts reference)", a.cpu_weights);
   LayerOptions options{.paradigm = a.paradigm == "padded" ? Paradigm::padded : Paradigm::contiguous,
@@ -59,8 +59,7 @@ void run_layer(LayerArgs a) {
   if (a.ep) {
     run_layer_ep(config, std::move(weights), input.get("hidden_states"),
                  {.placement = a.placement,
-                  .transfer = wires.transfer,
-                  .combine = wires.combine,
+                  .wires = wires,
                   .output = a.output,
                   .stats = a.stats,
                   .backend = a.backend});

@@ -12,7 +12,7 @@ namespace moe::cli {
 namespace detail {
 
 void write_ep_outputs(const dist::EpOutput& out, const dist::Placement& placement, int n_ranks,
-                      dist::Transfer transfer, const EpLayerArgs& args) {
+                      const EpLayerArgs& args) {
   write_safetensors(args.output, {{"hidden_states", out.layer.hidden_states},
                                   {"topk_ids", out.layer.topk.ids},
                                   {"topk_weights", out.layer.topk.weights}});
@@ -31,8 +31,8 @@ void write_ep_outputs(const dist::EpOutput& out, const dist::Placement& placemen
                         {"bytes_received", s.bytes_received}});
   }
   j["ep"] = {{"ranks", n_ranks},
-             {"transfer", dist::transfer_name(transfer)},
-             {"combine", args.combine},
+             {"transfer", dist::transfer_name(args.wires.dispatch)},
+             {"combine", dist::transfer_name(args.wires.combine)},
              {"backend", args.backend},
              {"per_rank", per_rank}};
   std::ofstream file(args.stats);
@@ -51,14 +51,13 @@ void run_layer_ep(const MoeConfig& config, MoeWeights weights, const Tensor& x, 
     MOE_FAIL("--ep --backend cuda: this build has no CUDA backend (no nvcc at configure time); use --backend cpu");
 #endif
   }
-  const dist::Transfer transfer = dist::parse_transfer(args.transfer);
   const std::unique_ptr<dist::Communicator> comm = dist::make_mpi_communicator();
   dist::Placement placement = dist::resolve_placement(args.placement, config.router.n_experts, comm->size());
   const dist::Placement kept = placement;  // for the stats: the layer takes its own copy
-  dist::EpMoeLayer layer(*comm, config, std::move(weights), std::move(placement), transfer);
+  dist::EpMoeLayer layer(*comm, config, std::move(weights), std::move(placement), args.wires.dispatch);
   const dist::EpOutput out = layer.forward(x);
   if (comm->rank() != 0) return;
-  detail::write_ep_outputs(out, kept, comm->size(), transfer, args);
+  detail::write_ep_outputs(out, kept, comm->size(), args);
 }
 
 }  // namespace moe::cli

@@ -61,8 +61,8 @@ struct CudaEpExchange::State {
   const int64_t* recv_counts() const { return host_counts.data() + R; }
 };
 
-CudaEpExchange::CudaEpExchange(DeviceCommunicator& comm, Placement placement, Transfer transfer, int top_k,
-                               int64_t hidden, int64_t max_tokens, Transfer combine)
+CudaEpExchange::CudaEpExchange(DeviceCommunicator& comm, Placement placement, EpWires wires, int top_k,
+                               int64_t hidden, int64_t max_tokens)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.comm = &comm;
@@ -71,6 +71,7 @@ CudaEpExchange::CudaEpExchange(DeviceCommunicator& comm, Placement placement, Tr
   s.k = top_k;
   s.H = hidden;
   s.max_tokens = std::max<int64_t>(max_tokens, 1);
+  const Transfer transfer = wires.dispatch, combine = wires.combine;
   s.transfer = transfer;
   s.combine = combine;
   MOE_CHECK(placement.n_ranks == s.R, "placement for {} ranks, but {} are running (mpirun -np {})", placement.n_ranks,

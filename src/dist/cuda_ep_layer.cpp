@@ -52,7 +52,7 @@ struct CudaEpMoeLayer::State {
 };
 
 CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
-                               Placement placement, Transfer transfer, int64_t max_tokens, Transfer combine)
+                               Placement placement, EpWires wires, int64_t max_tokens)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   routing::validate(config.router);
@@ -73,8 +73,8 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
   s.slots = static_cast<int>(mine.size());
   MOE_CHECK(s.slots + 1 <= 1024, "rank {} holds {} experts; the CUDA permute handles up to 1023 per rank", comm.rank(),
             s.slots);
-  s.exchange = std::make_unique<CudaEpExchange>(comm, std::move(placement), transfer, static_cast<int>(s.k), s.H,
-                                                s.max_tokens, combine);
+  s.exchange = std::make_unique<CudaEpExchange>(comm, std::move(placement), wires, static_cast<int>(s.k), s.H,
+                                                s.max_tokens);
 
   // Router in fp32, with the Qwen2 shared expert gate as one more row (as in CudaMoeLayer).
   const bool gated = config.shared == SharedExpertKind::sigmoid_gated;
@@ -105,7 +105,7 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
   s.rows_out = DeviceBuffer<bf16>(s.max_pairs * s.H);
   const int64_t max_received = Tm * comm.size();
   s.partial_f32 = DeviceBuffer<float>(max_received * s.H);
-  if (combine == Transfer::bf16) s.partial = DeviceBuffer<bf16>(max_received * s.H);
+  if (wires.combine == Transfer::bf16) s.partial = DeviceBuffer<bf16>(max_received * s.H);
   if (s.S > 0) {
     s.shared_act = DeviceBuffer<bf16>(Tm * s.S);
     s.shared_out = DeviceBuffer<bf16>(Tm * s.H);

@@ -8,7 +8,7 @@
 namespace moe::dist {
 
 EpOutput run_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
-                           const Placement& placement, Transfer transfer, const Tensor& input, Transfer combine) {
+                           const Placement& placement, EpWires wires, const Tensor& input) {
   const int64_t H = config.hidden_size, k = config.router.top_k;
   const Tensor x_all = layer_input_f32(input, H);  // [T, H] F32
   const int64_t T = x_all.size(0);
@@ -17,7 +17,7 @@ EpOutput run_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, co
   const int64_t T_local = range.end - range.begin;
   // Every rank sizes its buffers for the largest slice, so that what a peer sends always fits.
   const int64_t max_tokens = std::max<int64_t>(token_range(T, 0, R).end, 1);
-  CudaEpMoeLayer layer(comm, config, weights, placement, transfer, max_tokens, combine);
+  CudaEpMoeLayer layer(comm, config, weights, placement, wires, max_tokens);
 
   const Tensor x = x_all.narrow(0, range.begin, T_local).to(DType::BF16);  // [T_local, H]
   cuda::DeviceBuffer<uint16_t> d_x(std::max<int64_t>(T_local, 1) * H);

@@ -23,14 +23,14 @@ struct CudaReplicatedEpMoeLayer::State {
   DeviceBuffer<int32_t> all_ids;                         // [chunk, k]
   ExchangeStats totals;                                  // this rank's, over the forwards so far
 
-  State(DeviceCommunicator& c, const MoeConfig& config, const MoeWeights& w, Placement placement, Transfer transfer,
-        Transfer combine, int64_t chunk_tokens, int64_t max_local_tokens)
+  State(DeviceCommunicator& c, const MoeConfig& config, const MoeWeights& w, Placement placement, EpWires wires,
+        int64_t chunk_tokens, int64_t max_local_tokens)
       : comm(c),
         H(config.hidden_size),
         k(config.router.top_k),
         chunk(chunk_tokens),
         max_local(max_local_tokens),
-        layer(c, config, w, std::move(placement), transfer, max_local_tokens, combine),
+        layer(c, config, w, std::move(placement), wires, max_local_tokens),
         x(max_local_tokens * config.hidden_size),
         out(max_local_tokens * config.hidden_size),
         weights(max_local_tokens * config.router.top_k),
@@ -57,13 +57,13 @@ struct CudaReplicatedEpMoeLayer::State {
 };
 
 CudaReplicatedEpMoeLayer::CudaReplicatedEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config,
-                                                   const MoeWeights& weights, Placement placement, Transfer transfer,
-                                                   Transfer combine, int64_t max_batched_tokens) {
+                                                   const MoeWeights& weights, Placement placement, EpWires wires,
+                                                   int64_t max_batched_tokens) {
   MOE_CHECK(max_batched_tokens >= 1, "max_batched_tokens must be at least 1, got {}", max_batched_tokens);
   // Every rank sizes its buffers for the largest slice (rank 0's), so that what a peer sends always fits.
   const int64_t max_local = std::max<int64_t>(token_range(max_batched_tokens, 0, comm.size()).end, 1);
-  state_ = std::make_unique<State>(comm, config, weights, std::move(placement), transfer, combine,
-                                   max_batched_tokens, max_local);
+  state_ = std::make_unique<State>(comm, config, weights, std::move(placement), wires, max_batched_tokens,
+                                   max_local);
 }
 
 CudaReplicatedEpMoeLayer::~CudaReplicatedEpMoeLayer() = default;

@@ -102,7 +102,8 @@ Compared compare(const LayerOutput& ep, const LayerOutput& ref) {
 // on the other ranks).
 Compared expect_matches_single_gpu(const Block& b, const Placement& placement, Transfer transfer,
                                    const std::string& what, Transfer combine = Transfer::bf16) {
-  const EpOutput ep = run_cuda_ep_layer(*g_comm, b.config, b.weights, placement, transfer, b.x, combine);
+  const EpOutput ep = run_cuda_ep_layer(*g_comm, b.config, b.weights, placement,
+                                        {.dispatch = transfer, .combine = combine}, b.x);
   const int64_t T = b.x.size(0), k = b.config.router.top_k;
   EXPECT_EQ(static_cast<int>(ep.ranks.size()), g_comm->size());
   int64_t tokens = 0, pairs = 0;
@@ -202,8 +203,8 @@ TEST(CudaEp, Fp8CombineRefused) {
   test::TestRng rng(shared_seed());
   const Block b = make_block("mixtral", 4, rng, 8, 2);
   try {
-    CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()), Transfer::bf16, 4,
-                         Transfer::fp8);
+    CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()),
+                         {.dispatch = Transfer::bf16, .combine = Transfer::fp8}, 4);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--ep-combine bf16 or f32"), std::string::npos) << e.what();
@@ -215,7 +216,8 @@ TEST(CudaEp, F32TransferRefused) {
   test::TestRng rng(shared_seed());
   const Block b = make_block("mixtral", 4, rng, 8, 2);
   try {
-    CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()), Transfer::f32, 4);
+    CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()),
+                         {.dispatch = Transfer::f32}, 4);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--ep-transfer bf16 or fp8"), std::string::npos) << e.what();

@@ -32,11 +32,10 @@ using cuda::bf16;
 
 class CudaEpExchange {
  public:
-  // Buffers sized for up to max_tokens tokens per rank. transfer: the dispatch wire, bf16 or fp8 (the rows
-  // are bf16 already; f32 is refused). combine: the wire of the partial sums, bf16 or f32 (fp8 is refused).
-  // hidden: a multiple of 64.
-  CudaEpExchange(DeviceCommunicator& comm, Placement placement, Transfer transfer, int top_k, int64_t hidden,
-                 int64_t max_tokens, Transfer combine = Transfer::bf16);
+  // Buffers sized for up to max_tokens tokens per rank. wires: dispatch bf16 or fp8 (the rows are bf16
+  // already; f32 is refused), combine bf16 or f32 (fp8 is refused). hidden: a multiple of 64.
+  CudaEpExchange(DeviceCommunicator& comm, Placement placement, EpWires wires, int top_k, int64_t hidden,
+                 int64_t max_tokens);
   ~CudaEpExchange();
   CudaEpExchange(const CudaEpExchange&) = delete;
   CudaEpExchange& operator=(const CudaEpExchange&) = delete;
@@ -78,9 +77,9 @@ class CudaEpExchange {
 class CudaEpMoeLayer {
  public:
   // Uploads the router, the shared experts and this rank's experts (in placement order) to the current
-  // device (the communicator's). transfer, combine: the exchange's wires. Collective only in forward.
+  // device (the communicator's). wires: the exchange's (CudaEpExchange). Collective only in forward.
   CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights, Placement placement,
-                 Transfer transfer, int64_t max_tokens, Transfer combine = Transfer::bf16);
+                 EpWires wires, int64_t max_tokens);
   ~CudaEpMoeLayer();
   CudaEpMoeLayer(const CudaEpMoeLayer&) = delete;
   CudaEpMoeLayer& operator=(const CudaEpMoeLayer&) = delete;
@@ -101,7 +100,6 @@ class CudaEpMoeLayer {
 // runs tokens token_range(T, r, R); rank 0 gets the whole output, the others an empty layer output; every
 // rank gets every rank's statistics. Collective over comm.
 EpOutput run_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
-                           const Placement& placement, Transfer transfer, const Tensor& x,
-                           Transfer combine = Transfer::bf16);
+                           const Placement& placement, EpWires wires, const Tensor& x);
 
 }  // namespace moe::dist

@@ -23,9 +23,9 @@ class CudaReplicatedEpMoeLayer {
   // Uploads the router, the shared experts and this rank's experts (placement) to the communicator's GPU.
   // max_batched_tokens: the most tokens one pass handles; a longer forward runs in chunks of it, each chunk
   // split over the ranks. Every rank must pass the same value (the exchange buffers are sized from it).
-  // transfer, combine: the dispatch and combine wires (CudaEpExchange).
+  // wires: the exchange's (CudaEpExchange).
   CudaReplicatedEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
-                           Placement placement, Transfer transfer, Transfer combine, int64_t max_batched_tokens);
+                           Placement placement, EpWires wires, int64_t max_batched_tokens);
   ~CudaReplicatedEpMoeLayer();
   CudaReplicatedEpMoeLayer(const CudaReplicatedEpMoeLayer&) = delete;
   CudaReplicatedEpMoeLayer& operator=(const CudaReplicatedEpMoeLayer&) = delete;

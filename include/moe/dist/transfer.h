@@ -16,6 +16,14 @@ std::string_view transfer_name(Transfer transfer);
 // "f32" | "bf16" | "fp8"; throws moe::Error naming the choices otherwise.
 Transfer parse_transfer(std::string_view name);
 
+// The wire formats of one expert-parallel exchange: token rows out (dispatch) and each copy's partial sum
+// back (combine). The CPU path's combine is always f32; the GPU path's dispatch bf16 or fp8, combine bf16
+// or f32.
+struct EpWires {
+  Transfer dispatch = Transfer::bf16;
+  Transfer combine = Transfer::bf16;
+};
+
 // Bytes of one row of `hidden` values (fp8: hidden bytes + 4 per block of 128).
 int64_t transfer_row_bytes(Transfer transfer, int64_t hidden);
 // row [hidden] F32 -> dst [transfer_row_bytes].
