@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -198,29 +200,22 @@ TEST_P(CudaEpAllFamilies, F32CombineCloserThanBf16) {
   }
 }
 
-TEST(CudaEp, Fp8CombineRefused) {
+// Wires the GPU path does not have are refused with the option that fixes them: an f32 dispatch (the
+// layer's input is bf16 already) and an fp8 combine.
+TEST(CudaEp, UnsupportedWiresRefused) {
   MOE_SKIP_WITHOUT_GPU_RANKS();
   test::TestRng rng(shared_seed());
   const Block b = make_block("mixtral", 4, rng, 8, 2);
-  try {
-    CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()),
-                         {.dispatch = Transfer::bf16, .combine = Transfer::fp8}, 4);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--ep-combine bf16 or f32"), std::string::npos) << e.what();
-  }
-}
-
-TEST(CudaEp, F32TransferRefused) {
-  MOE_SKIP_WITHOUT_GPU_RANKS();
-  test::TestRng rng(shared_seed());
-  const Block b = make_block("mixtral", 4, rng, 8, 2);
-  try {
-    CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()),
-                         {.dispatch = Transfer::f32}, 4);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--ep-transfer bf16 or fp8"), std::string::npos) << e.what();
+  const std::pair<EpWires, std::string> cases[] = {
+      {{.dispatch = Transfer::f32}, "--ep-transfer bf16 or fp8"},
+      {{.dispatch = Transfer::bf16, .combine = Transfer::fp8}, "--ep-combine bf16 or f32"}};
+  for (const auto& [wires, fix] : cases) {
+    try {
+      CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()), wires, 4);
+      ADD_FAILURE() << "no error; expected one naming " << fix;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fix), std::string::npos) << e.what();
+    }
   }
 }
 
