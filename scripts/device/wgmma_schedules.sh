@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# On the device, one call (issue 5, wgmma iteration 2): the carried kernel's SASS (HGMMA, no local memory),
+# On the device, one call (issue 5, wgmma iterations): the carried kernel's SASS (HGMMA, no local memory),
 # the GPU tests, `moe bench --backend cuda` on the prefill shapes under the default WgmmaSchedule policy and
-# with its choices overridden (MOE_WGMMA_HALF_TILES, MOE_WGMMA_RASTER_ROWS), a per-kernel time and DRAM
-# split of one DeepSeek-V3 and one Qwen3 forward at T = 8192 (ncu), and the torch peers; then the
+# with its choices overridden (VARIANTS), a per-kernel time and DRAM split of one DeepSeek-V3 and one Qwen3
+# forward at T = 8192 (ncu) under the default and each NCU_VARIANTS override, and the torch peers; then the
 # side-by-side table of the default. Logs, JSON and tables to $OUT.
-# Needs a carry folder from scripts/device/prepare_carry.sh: CARRY names it (default .device-carry).
+# Needs a carry folder from scripts/device/prepare_carry.sh (or prepare_nccl_carry.sh): CARRY names it
+# (default .device-carry).
 # Usage: wgmma_schedules.sh [shapes] [tokens]
+#   VARIANTS="name shape tokens VAR=value...;..."  bench overrides (MOE_WGMMA_HALF_TILES, MOE_WGMMA_RASTER_ROWS,
+#                                                  MOE_WGMMA_L2), default: the L2 hints off and A+B hinted
+#   NCU_VARIANTS="name VAR=value...;..."           ncu overrides, default: the L2 hints off
 set -uo pipefail
 source scripts/device/carry_env.sh
 work=/tmp/wgmma-schedules && rm -rf "$work" && mkdir -p "$work"  # packed into one tarball: $OUT returns 8 files
@@ -43,23 +47,31 @@ run_bench() {  # name shape tokens [VAR=value]
   echo "== $shape $name (rc $rc)"
   grep -E "^$shape|rror" "$work/bench.tmp"
 }
+variants=${VARIANTS:-"l2_off deepseek-v3,qwen3-30b-a3b,mixtral-8x7b 1024,8192 MOE_WGMMA_L2=normal,normal;l2_last_first deepseek-v3,qwen3-30b-a3b,mixtral-8x7b 1024,8192 MOE_WGMMA_L2=last,first"}
+ncu_variants=${NCU_VARIANTS:-"l2_off MOE_WGMMA_L2=normal,normal"}
 {
   for shape in ${shapes//,/ }; do run_bench default "$shape" "$tokens"; done
-  run_bench raster4 deepseek-v3 8192 MOE_WGMMA_RASTER_ROWS=4
-  run_bench raster16 deepseek-v3 8192 MOE_WGMMA_RASTER_ROWS=16
-  run_bench half_on mixtral-8x7b 1024 MOE_WGMMA_HALF_TILES=on
-  run_bench half_on qwen3-30b-a3b 1024 MOE_WGMMA_HALF_TILES=on
+  IFS=';' read -ra list <<< "$variants"
+  for v in "${list[@]}"; do
+    read -ra words <<< "$v"
+    for shape in ${words[1]//,/ }; do run_bench "${words[0]}" "$shape" "${words[2]}" "${words[@]:3}"; done
+  done
 } | tee -a "$work/summary.txt"
 
 # Where one forward's time goes: every kernel of the first forward after the 13 cuBLAS launches of the
 # matmul ceiling, with its DRAM bytes (ncu; clocks left as they are).
-for shape in deepseek-v3 qwen3-30b-a3b; do
-  timeout 150 ncu --clock-control none --print-units base --print-kernel-base function --csv \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --launch-skip 13 --launch-count 30 \
-    --log-file "$work/ncu_$shape.csv" "$bin/moe" bench --backend cuda --shape "$shape" --tokens 8192 --repeats 3 \
-    > "$work/ncu_$shape.out" 2>&1
-  echo "== ncu $shape T=8192 (rc $?)"
-  python3 scripts/device/ncu_table.py "$work/ncu_$shape.csv"
+IFS=';' read -ra ncu_list <<< "default;$ncu_variants"
+for v in "${ncu_list[@]}"; do
+  read -ra words <<< "$v"
+  name=${words[0]}
+  for shape in deepseek-v3 qwen3-30b-a3b; do
+    env "${words[@]:1}" timeout 150 ncu --clock-control none --print-units base --print-kernel-base function --csv \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --launch-skip 13 --launch-count 30 \
+      --log-file "$work/ncu_${shape}_$name.csv" "$bin/moe" bench --backend cuda --shape "$shape" --tokens 8192 --repeats 3 \
+      > "$work/ncu_${shape}_$name.out" 2>&1
+    echo "== ncu $shape T=8192 $name (rc $?)"
+    python3 scripts/device/ncu_table.py "$work/ncu_${shape}_$name.csv"
+  done
 done | tee -a "$work/summary.txt"
 
 # The torch peers once; a table for every schedule against them.

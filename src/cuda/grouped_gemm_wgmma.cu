@@ -10,10 +10,14 @@
 //     in the same thread) and bf16 stores, masked to the tile's segment and to N.
 // Work units are (row tile of the device tile map, column tile), rastered so that a group of row tiles
 // (8 by default) walks every column tile together: the rows stay in L2, and the row tiles of one expert
-// read its weight tiles at about the same time, so that most weight bytes come from memory once. Producer
-// and consumers each decode the units they walk from the tile map (a few cached global loads, issued before
-// they wait, so their latency hides behind the pipeline); nothing but the tiles passes through shared
-// memory, so every shared-memory handoff is ordered by an mbarrier. With half tiles on, a tile
+// read its weight tiles at about the same time, so that most weight bytes come from memory once. The
+// producer claims the units: from a global counter as its block finishes one (claimed units: the units in
+// flight stay a window of consecutive units however far the blocks drift apart in time) or a fixed stride
+// of the list. It decodes each from the tile map and posts it to the consumers in a per-block mailbox in
+// global memory, ordered by the unit's first "full" mbarrier (release by the producer's arrival, acquire by
+// the consumers' wait); a unit of no rows ends the walk. The mailbox is in global memory so that nothing
+// but the tiles passes through shared memory (compute-sanitizer's racecheck cannot see an mbarrier order
+// a shared-memory handoff). With half tiles on, a tile
 // whose valid rows all fall in the first 64 leaves the second consumer idle for that unit (see
 // wgmma_schedule_for for when that pays). The number of row tiles is read on the device, so nothing here
 // synchronises with the host.
@@ -22,9 +26,11 @@
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "launch.h"
 #include "moe/cuda/check.h"
@@ -52,6 +58,12 @@ constexpr int kStageBytes = kATileBytes + kBTileBytes;
 // After the stages: full and empty barriers (8 bytes each).
 constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + 1024 /* alignment */ + 256 /* barriers */;
 static_assert(kStages * (8 + 8) <= 256, "barriers overflow their shared memory");
+// The scheduler ints: the next unclaimed unit, the blocks that claimed their last one, then a mailbox of
+// kStages units (int4) per block. A mailbox slot is rewritten kStages units later, after the producer's
+// wait for the stage that the consumers freed after reading it.
+constexpr int kMaxBlocks = 1024;
+constexpr int kMailboxOffset = 4;  // ints; keeps the mailboxes 16-byte aligned
+constexpr int64_t kSchedulerInts = kMailboxOffset + int64_t{kMaxBlocks} * kStages * 4;
 
 struct WgmmaParams {
   const int32_t* segment_offsets;
@@ -67,6 +79,9 @@ struct WgmmaParams {
   int32_t max_tiles;
   int32_t raster_rows;  // WgmmaSchedule::raster_rows
   bool half_tiles;      // WgmmaSchedule::half_tiles
+  WgmmaSchedule::L2Hint a_hint, b_hint;
+  bool claimed_units;   // WgmmaSchedule::claimed_units
+  int32_t* scheduler;   // GroupedGemmArgs::scheduler: the next unclaimed unit, the blocks done, the mailboxes
 };
 
 // A work unit: rows [row0, row0 + rows) of A (rows <= 128, all in one segment) times column tile col.
@@ -102,12 +117,28 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// An L2 cache policy for the TMA loads below: the eviction priority their lines get in L2.
+__device__ __forceinline__ uint64_t l2_policy(WgmmaSchedule::L2Hint hint) {
+  uint64_t policy;
+  switch (hint) {
+    case WgmmaSchedule::L2Hint::evict_last:
+      asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+      break;
+    case WgmmaSchedule::L2Hint::evict_first:
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+      break;
+    default:
+      asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+  }
+  return policy;
+}
+
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t col, int32_t row,
-                                            uint32_t bar) {
+                                            uint32_t bar, uint64_t policy) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar), "l"(policy)
       : "memory");
 }
 
@@ -204,8 +235,6 @@ static __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   wait_for_prior_grids();  // the tile map and the A rows come from the kernels before
-  const int n_tiles = min(*p.n_tiles, p.max_tiles);
-  const int64_t total = int64_t{n_tiles} * p.n_col_tiles;
   constexpr int OUT_COLS = SWIGLU ? kBN / 2 : kBN;
 
   if (warpgroup == 0) {
@@ -213,11 +242,22 @@ static __global__ void __launch_bounds__(kThreads, 1)
     // accumulators each); it is warpgroup-wide, so the whole warpgroup runs it before all but one thread leave.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x != 0) return;
-    int stage = 0;
+    const int n_tiles = min(*p.n_tiles, p.max_tiles);
+    const int64_t total = int64_t{n_tiles} * p.n_col_tiles;
+    const uint64_t a_policy = l2_policy(p.a_hint), b_policy = l2_policy(p.b_hint);
+    int32_t* const next_unit = p.scheduler;
+    int32_t* const blocks_done = p.scheduler + 1;
+    int4* const mailbox = reinterpret_cast<int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kStages;
+    const auto claim = [&](int64_t previous) -> int64_t {
+      if (p.claimed_units) return atomicAdd(next_unit, 1);
+      return previous < 0 ? blockIdx.x : previous + gridDim.x;
+    };
+    int stage = 0, slot = 0;
     uint32_t phase = 0;
+    int64_t w = claim(-1);
     Unit next{};
-    if (blockIdx.x < total) next = decode_unit(p, blockIdx.x, n_tiles);
-    for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    if (w < total) next = decode_unit(p, w, n_tiles);
+    while (w < total) {
       const Unit u = next;
       const int64_t n0 = int64_t{u.col} * OUT_COLS;
       const int64_t b0 = int64_t{u.expert} * p.b_rows + n0;
@@ -227,14 +267,35 @@ static __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < p.k_blocks; ++kb) {
         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
         const uint32_t full = full_bar + 8 * stage;
+        if (kb == 0) {  // before the arrival that releases it to the consumers
+          mailbox[slot] = make_int4(u.row0, u.rows, u.col, u.expert);
+          slot = slot + 1 == kStages ? 0 : slot + 1;
+        }
         mbar_expect_tx(full, kStageBytes);
         const uint32_t sa = tiles_base + stage * kStageBytes, sb = sa + kATileBytes;
-        tma_load_2d(sa, &map_a, kb * kBK, u.row0, full);
-        tma_load_2d(sb, &map_b, kb * kBK, b_row0, full);
-        tma_load_2d(sb + kBBoxRows * kBK * 2, &map_b, kb * kBK, b_row1, full);
+        tma_load_2d(sa, &map_a, kb * kBK, u.row0, full, a_policy);
+        tma_load_2d(sb, &map_b, kb * kBK, b_row0, full, b_policy);
+        tma_load_2d(sb + kBBoxRows * kBK * 2, &map_b, kb * kBK, b_row1, full, b_policy);
         if (++stage == kStages) stage = 0, phase ^= 1;
-        // The next unit's decode (a few dependent loads of the tile map) while the stages ahead are full.
-        if (kb == 0 && w + gridDim.x < total) next = decode_unit(p, w + gridDim.x, n_tiles);
+        // The next unit's claim and decode (an atomic and a few dependent loads of the tile map) while the
+        // stages ahead are full.
+        if (kb == 0) {
+          w = claim(w);
+          if (w < total) next = decode_unit(p, w, n_tiles);
+        }
+      }
+    }
+    // A unit of no rows: the consumers stop.
+    mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+    mailbox[slot] = make_int4(0, -1, 0, 0);
+    mbar_arrive(full_bar + 8 * stage);
+    if (p.claimed_units) {
+      // The last block to finish claiming leaves the queue zeroed for the next launch (which waits for this
+      // grid to complete before it claims).
+      __threadfence();
+      if (atomicAdd(blocks_done, 1) == static_cast<int>(gridDim.x) - 1) {
+        *next_unit = 0;
+        *blocks_done = 0;
       }
     }
     return;
@@ -246,9 +307,12 @@ static __global__ void __launch_bounds__(kThreads, 1)
   int stage = 0;
   uint32_t phase = 0;
   float acc[128];
-  for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
-    const Unit u = decode_unit(p, w, n_tiles);
+  const int4* const mailbox = reinterpret_cast<const int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kStages;
+  for (int slot = 0;; slot = slot + 1 == kStages ? 0 : slot + 1) {
     mbar_wait(full_bar + 8 * stage, phase);
+    const int4 posted = __ldcg(mailbox + slot);
+    if (posted.y < 0) break;
+    const Unit u{.row0 = posted.x, .rows = posted.y, .col = posted.z, .expert = posted.w};
     if (p.half_tiles && consumer * 64 >= u.rows) {
       // All of this warpgroup's rows are masked: free each stage as it lands (after it landed, so that the
       // arrival counts towards this round of the empty barrier) and let the other warpgroup run alone.
@@ -364,6 +428,8 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
   MOE_CUDA_REQUIRE(g.n % 2 == 0, "wgmma grouped GEMM: output columns " + std::to_string(g.n) + " must be even");
   MOE_CUDA_REQUIRE(g.max_tiles < (int64_t{1} << 31), "wgmma grouped GEMM: too many tiles");
   MOE_CUDA_REQUIRE(schedule.raster_rows >= 1, "wgmma grouped GEMM: raster_rows must be at least 1");
+  MOE_CUDA_REQUIRE(g.scheduler != nullptr,
+                   "wgmma grouped GEMM: set scheduler (wgmma_scheduler_ints() zeroed ints of device memory)");
   if (g.max_tiles == 0) return;
   constexpr int OUT_COLS = SWIGLU ? kBN / 2 : kBN;
   const int64_t b_rows = SWIGLU ? 2 * g.n : g.n;
@@ -374,7 +440,8 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
                       .n = g.n, .b_rows = b_rows, .k_blocks = static_cast<int32_t>((g.k + kBK - 1) / kBK),
                       .n_col_tiles = static_cast<int32_t>((g.n + OUT_COLS - 1) / OUT_COLS),
                       .max_tiles = static_cast<int32_t>(g.max_tiles), .raster_rows = schedule.raster_rows,
-                      .half_tiles = schedule.half_tiles};
+                      .half_tiles = schedule.half_tiles, .a_hint = schedule.a_hint, .b_hint = schedule.b_hint,
+                      .claimed_units = schedule.claimed_units, .scheduler = g.scheduler};
   static std::atomic<uint64_t> configured_devices{0};
   int device = 0;
   MOE_CUDA_CHECK(cudaGetDevice(&device));
@@ -385,7 +452,7 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
     configured_devices.fetch_or(bit);
   }
   const int64_t units = g.max_tiles * p.n_col_tiles;  // an upper bound: the device knows the real count
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(sm_count(), units));
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>({int64_t{sm_count()}, units, int64_t{kMaxBlocks}}));
   launch_dependent(wgmma_grouped_gemm_kernel<SWIGLU>, dim3(blocks), dim3(kThreads), kSmemBytes, stream, map_a, map_b,
                    p);
 }
@@ -406,6 +473,8 @@ static __global__ void gather_rows_kernel(const bf16* __restrict__ x, const int3
 }
 
 }  // namespace
+
+int64_t wgmma_scheduler_ints() { return kSchedulerInts; }
 
 bool wgmma_grouped_gemm_available() {
 #ifdef MOE_CUDA_SM90A
@@ -428,9 +497,15 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
   // T=8192 (256 rows per expert, a fifth of the tiles half) 23% slower: blocks that finish half tiles early
   // drift out of step with the blocks that read the same expert's weight tiles, which then come from
   // memory more than once. So half tiles only where nearly every tile is one.
-  WgmmaSchedule schedule{.half_tiles = rows <= 48 * n_experts};
-  // MOE_WGMMA_HALF_TILES (on/off) and MOE_WGMMA_RASTER_ROWS (1..64) override the policy, for measuring the
-  // choices against each other in one device run (scripts/device/wgmma_schedules.sh).
+  // NOTE: the gathered A rows of a row tile are read by all its column tiles (16 blocks for DeepSeek-V3's
+  // gate/up GEMM), which drift apart by more than the L2 holds while the weights stream through it, so
+  // without a hint A came from DRAM once per column tile (bench/RESULTS.md, 3rd session: the GEMMs read
+  // weights + A x column tiles). Evict-last keeps A in L2 ahead of the weight stream.
+  WgmmaSchedule schedule{.half_tiles = rows <= 48 * n_experts, .a_hint = WgmmaSchedule::L2Hint::evict_last,
+                         .claimed_units = true};
+  // MOE_WGMMA_HALF_TILES (on/off), MOE_WGMMA_RASTER_ROWS (1..64), MOE_WGMMA_L2 (<A>,<B>: normal, last or
+  // first) and MOE_WGMMA_CLAIM (on/off) override the policy, for measuring the choices against each other
+  // in one device run (scripts/device/wgmma_schedules.sh).
   static const int half = [] {
     const char* v = std::getenv("MOE_WGMMA_HALF_TILES");
     const std::string s = v == nullptr ? "" : v;
@@ -444,7 +519,32 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
     MOE_CUDA_REQUIRE(r >= 1 && r <= 64, std::string("MOE_WGMMA_RASTER_ROWS must be 1 to 64, not '") + v + "'");
     return r;
   }();
+  static const std::pair<int, int> l2 = [] {  // -1: the policy's
+    const char* v = std::getenv("MOE_WGMMA_L2");
+    const std::string s = v == nullptr ? "" : v;
+    if (s.empty()) return std::pair{-1, -1};
+    const auto hint = [&](const std::string& h) {
+      MOE_CUDA_REQUIRE(h == "normal" || h == "last" || h == "first",
+                       "MOE_WGMMA_L2 must be <A hint>,<B hint>, each normal, last or first, not '" + s + "'");
+      return h == "normal" ? 0 : h == "last" ? 1 : 2;
+    };
+    const size_t comma = s.find(',');
+    MOE_CUDA_REQUIRE(comma != std::string::npos,
+                     "MOE_WGMMA_L2 must be <A hint>,<B hint>, each normal, last or first, not '" + s + "'");
+    return std::pair{hint(s.substr(0, comma)), hint(s.substr(comma + 1))};
+  }();
+  static const int claim = [] {
+    const char* v = std::getenv("MOE_WGMMA_CLAIM");
+    const std::string s = v == nullptr ? "" : v;
+    MOE_CUDA_REQUIRE(s.empty() || s == "on" || s == "off", "MOE_WGMMA_CLAIM must be on or off, not '" + s + "'");
+    return s.empty() ? -1 : s == "on" ? 1 : 0;
+  }();
   if (half >= 0) schedule.half_tiles = half == 1;
+  if (claim >= 0) schedule.claimed_units = claim == 1;
+  if (l2.first >= 0) {
+    schedule.a_hint = static_cast<WgmmaSchedule::L2Hint>(l2.first);
+    schedule.b_hint = static_cast<WgmmaSchedule::L2Hint>(l2.second);
+  }
   if (raster_rows > 0) schedule.raster_rows = raster_rows;
   return schedule;
 }

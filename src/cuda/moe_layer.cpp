@@ -40,6 +40,7 @@ struct CudaMoeLayer::State {
   DeviceBuffer<int32_t> ints;  // the other int32 scratch arrays, carved below
   DeviceBuffer<bf16> act, rows_out, shared_act, shared_out;
   DeviceBuffer<bf16> gathered;  // [max_rows, H] token rows in expert order, for the wgmma kernel's TMA loads
+  DeviceBuffer<int32_t> wgmma_scheduler;  // the wgmma kernels' work-unit queue (all launches of this layer)
   unsigned* arrivals = nullptr;  // [max_tokens] counters of the fused router, zero between launches
   int32_t *shared_offsets = nullptr, *shared_counts = nullptr, *shared_tile_expert = nullptr,
           *shared_tile_row = nullptr, *shared_n_tiles = nullptr;
@@ -110,6 +111,10 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   const double max_rows_per_expert = capacity < 0 ? double(max_pairs) / E : double(capacity);
   if (grouped_gemm_kernel_for(grouped_gemm_tile_rows(max_rows_per_expert)) == GroupedGemmKernel::wgmma)
     s.gathered = DeviceBuffer<bf16>(s.max_rows * H);
+  if (wgmma_grouped_gemm_available()) {
+    s.wgmma_scheduler = DeviceBuffer<int32_t>(wgmma_scheduler_ints());
+    MOE_CUDA_CHECK(cudaMemset(s.wgmma_scheduler.get(), 0, s.wgmma_scheduler.size() * sizeof(int32_t)));
+  }
   if (s.S > 0) {
     s.shared_act = DeviceBuffer<bf16>(Tm * s.S);
     s.shared_out = DeviceBuffer<bf16>(Tm * H);
@@ -197,7 +202,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   GroupedGemmArgs up{.a = x, .gather = pb.row_token, .b = s.w13.get(), .c = s.act.get(),
                      .segment_offsets = pb.expert_offsets, .segment_counts = pb.segment_counts,
                      .tile_expert = tiles.tile_expert, .tile_row = tiles.tile_row, .n_tiles = tiles.n_tiles,
-                     .max_tiles = tiles.max_tiles, .k = s.H, .n = s.I};
+                     .max_tiles = tiles.max_tiles, .k = s.H, .n = s.I, .scheduler = s.wgmma_scheduler.get()};
   if (wgmma) {
     gather_rows(x, pb.row_token, rows, s.H, s.gathered.get(), stream);
     up.a = s.gathered.get();
@@ -236,7 +241,8 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
     GroupedGemmArgs sup{.a = x, .gather = nullptr, .b = s.shared_w13.get(), .c = s.shared_act.get(),
                         .segment_offsets = s.shared_offsets, .segment_counts = s.shared_counts,
                         .tile_expert = s.shared_tile_expert, .tile_row = s.shared_tile_row,
-                        .n_tiles = s.shared_n_tiles, .max_tiles = shared_tiles, .k = s.H, .n = s.S};
+                        .n_tiles = s.shared_n_tiles, .max_tiles = shared_tiles, .k = s.H, .n = s.S,
+                        .scheduler = s.wgmma_scheduler.get()};
     GroupedGemmArgs sdown = sup;
     sdown.a = s.shared_act.get();
     sdown.b = s.shared_w2.get();

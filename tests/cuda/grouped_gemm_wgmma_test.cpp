@@ -3,7 +3,8 @@
 // that are not multiples of the tiles (masked columns, K zero-filled past its end), outputs pre-filled with
 // junk, and a case with more work units than SMs and more k-blocks than pipeline stages, so that blocks
 // walk several tiles and the stages wrap around. Every case runs under several WgmmaSchedules (half tiles
-// on and off; raster groups of 8 and of 3 row tiles), and one case is built for the half tiles' edges:
+// on and off; raster groups of 8 and of 3 row tiles; L2 hints; units claimed from the queue or strided,
+// the queue zeroed again after each launch), and one case is built for the half tiles' edges:
 // segments whose last tile holds 1, 63, 64, 65 or 127 rows, and large experts next to small ones.
 #include <algorithm>
 #include <cmath>
@@ -39,11 +40,13 @@ void check_schedule(const Case& c, WgmmaSchedule schedule, const test::Device<ui
   test::Device<int32_t> tile_expert(max_tiles), tile_row(max_tiles), n_tiles(1);
   build_tiles(d_offsets.get(), d_counts.get(), E, 128, tile_expert.get(), tile_row.get(), n_tiles.get(), max_tiles,
               nullptr);
+  test::Device<int32_t> scheduler(std::vector<int32_t>(wgmma_scheduler_ints(), 0));
   GroupedGemmArgs up{.a = reinterpret_cast<const bf16*>(d_gathered.get()), .gather = nullptr,
                      .b = reinterpret_cast<const bf16*>(d_w13.get()), .c = reinterpret_cast<bf16*>(d_act.get()),
                      .segment_offsets = d_offsets.get(), .segment_counts = d_counts.get(),
                      .tile_expert = tile_expert.get(), .tile_row = tile_row.get(), .n_tiles = n_tiles.get(),
-                     .max_tiles = max_tiles, .k = H, .n = I, .n_experts = E, .a_rows = rows};
+                     .max_tiles = max_tiles, .k = H, .n = I, .n_experts = E, .a_rows = rows,
+                     .scheduler = scheduler.get()};
   wgmma_grouped_gemm_swiglu(up, nullptr, schedule);
   MOE_CUDA_CHECK(cudaGetLastError());
   GroupedGemmArgs down = up;
@@ -55,6 +58,9 @@ void check_schedule(const Case& c, WgmmaSchedule schedule, const test::Device<ui
   wgmma_grouped_gemm(down, nullptr, schedule);
   MOE_CUDA_CHECK(cudaGetLastError());
   const auto got = d_out.host();
+  const auto queue = scheduler.host();  // the next launch claims from zero again
+  EXPECT_EQ(queue[0], 0) << "next unclaimed unit";
+  EXPECT_EQ(queue[1], 0) << "blocks done";
   // Normwise and per-row: a row of junk (an unwritten row) must not hide in the norm.
   double err2 = 0, ref2 = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -98,12 +104,20 @@ void check_case(const Case& c, test::TestRng& rng) {
   test::Device<int32_t> d_offsets(offsets), d_counts(counts), d_token(row_token);
   gather_rows(reinterpret_cast<const bf16*>(d_x.get()), d_token.get(), rows, H,
               reinterpret_cast<bf16*>(d_gathered.get()), nullptr);
-  for (const WgmmaSchedule schedule : {WgmmaSchedule{.half_tiles = true, .raster_rows = 8},
-                                       WgmmaSchedule{.half_tiles = false, .raster_rows = 8},
-                                       WgmmaSchedule{.half_tiles = true, .raster_rows = 3},
-                                       WgmmaSchedule{.half_tiles = false, .raster_rows = 3}}) {
+  using L2Hint = WgmmaSchedule::L2Hint;
+  const auto hint_name = [](L2Hint h) { return h == L2Hint::normal ? "normal" : h == L2Hint::evict_last ? "last" : "first"; };
+  // Every L2 hint on both operands among the schedules (the hints move no bytes, only their eviction order),
+  // and both ways of walking the units, one after the other on the same work-unit queue.
+  for (const WgmmaSchedule schedule :
+       {WgmmaSchedule{.half_tiles = true, .raster_rows = 8, .a_hint = L2Hint::evict_last, .b_hint = L2Hint::evict_first,
+                      .claimed_units = true},
+        WgmmaSchedule{.half_tiles = false, .raster_rows = 8},
+        WgmmaSchedule{.half_tiles = true, .raster_rows = 3},
+        WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .a_hint = L2Hint::evict_first, .b_hint = L2Hint::evict_last,
+                      .claimed_units = true}}) {
     SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") + ", raster rows " +
-                 std::to_string(schedule.raster_rows));
+                 std::to_string(schedule.raster_rows) + ", L2 hints " + hint_name(schedule.a_hint) + "/" +
+                 hint_name(schedule.b_hint) + ", units " + (schedule.claimed_units ? "claimed" : "strided"));
     check_schedule(c, schedule, d_gathered, d_w13, d_w2, d_offsets, d_counts, want);
   }
 }
@@ -130,12 +144,15 @@ TEST(CudaWgmmaGroupedGemm, SchedulesAgreeOnHalfTiles) {
   check_case({.H = 256, .I = 520, .counts = {64, 65, 1, 127, 0, 191, 1100, 257, 2100, 3}}, rng);
 }
 
-TEST(CudaWgmmaGroupedGemm, HalfTilesOnlyWhereNearlyEveryTileIsOne) {
-  if (std::getenv("MOE_WGMMA_HALF_TILES") != nullptr) GTEST_SKIP() << "MOE_WGMMA_HALF_TILES overrides the policy";
+TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
+  for (const char* var : {"MOE_WGMMA_HALF_TILES", "MOE_WGMMA_L2", "MOE_WGMMA_CLAIM"})
+    if (std::getenv(var) != nullptr) GTEST_SKIP() << var << " overrides the policy";
   EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256).half_tiles);    // DeepSeek-V3 T=1024: 32 rows per expert
   EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256).half_tiles);   // DeepSeek-V3 T=8192: 256
   EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128).half_tiles);   // Qwen3 T=1024: 64, half of the tiles full
   EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8).half_tiles);     // Mixtral T=1024: 256
+  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256).a_hint, WgmmaSchedule::L2Hint::evict_last);
+  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256).claimed_units);
 }
 
 TEST(CudaWgmmaGroupedGemm, GatherRowsCopiesTokenRowsAndZeroesUnusedOnes) {

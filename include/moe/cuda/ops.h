@@ -107,6 +107,9 @@ struct GroupedGemmArgs {
   // The extents the wgmma kernel's tensor maps need (the mma.sync kernels ignore them).
   int64_t n_experts = 0;      // experts in b
   int64_t a_rows = 0;         // rows of a
+  // The wgmma kernel's work-unit queue: wgmma_scheduler_ints() ints, zeroed once by the owner (cudaMemset);
+  // every launch leaves them zeroed again, so launches that share it must run in stream order.
+  int32_t* scheduler = nullptr;
 };
 
 // c[r, :] = silu(a_r · gateᵀ) ⊙ (a_r · upᵀ), b = [E, 2n, k] (rows 0..n-1 gate, n..2n-1 up).
@@ -128,9 +131,20 @@ struct WgmmaSchedule {
   bool half_tiles = false;
   // Row tiles that walk the column tiles together.
   int raster_rows = 8;
+  // L2 eviction priorities of the TMA loads: A (the gathered activations, re-read by every column tile of
+  // their row tile) and B (the weights, read by the row tiles of their expert at about the same time).
+  enum class L2Hint { normal, evict_last, evict_first };
+  L2Hint a_hint = L2Hint::normal;
+  L2Hint b_hint = L2Hint::normal;
+  // Blocks claim work units in order from a counter as they finish one (true), or walk a fixed stride of
+  // the unit list (false).
+  bool claimed_units = false;
 };
+// The ints of GroupedGemmArgs::scheduler.
+int64_t wgmma_scheduler_ints();
 // The measured policy for `rows` rows over `n_experts` segments (half tiles only where nearly every tile is
-// one); MOE_WGMMA_HALF_TILES=on|off and MOE_WGMMA_RASTER_ROWS=N in the environment override it.
+// one); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N, MOE_WGMMA_L2=<A hint>,<B hint> (each
+// normal, last or first) and MOE_WGMMA_CLAIM=on|off in the environment override it.
 WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
