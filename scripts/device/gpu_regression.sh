@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the device, one call: every GPU test binary (the CUDA ops and layer, and the model runner's fixtures with
 # the MoE blocks on the GPU) from the carry that scripts/device/prepare_carry.sh makes, then `moe bench` at
-# the points issue 4 and 5 judge (T 1 and 16 on three shapes, DeepSeek-V3 T 8192). Logs and JSON in $OUT;
+# the points issue 4 and 5 judge (T 1, 16, 1024 and 8192 on three shapes). Logs and JSON in $OUT;
 # a compact summary last.
 set -uo pipefail
 source scripts/device/carry_env.sh
@@ -13,9 +13,7 @@ for t in cuda_tests causal_lm_cuda_tests; do
   grep -E '^\[  FAILED  \]' "$out/$t.log" | head -20
 done
 for shape in qwen3-30b-a3b deepseek-v3 mixtral-8x7b; do
-  tokens=1,16
-  [ "$shape" = deepseek-v3 ] && tokens=1,16,8192
-  $bin/moe bench --backend cuda --shape $shape --tokens $tokens --json "$out/bench_$shape.json" \
+  $bin/moe bench --backend cuda --shape $shape --tokens 1,16,1024,8192 --json "$out/bench_$shape.json" \
     >"$out/bench_$shape.txt" 2>&1 || status=1
   cat "$out/bench_$shape.txt"
 done

@@ -1,5 +1,7 @@
 #include "moe/core/float_convert.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "moe/core/check.h"
@@ -42,6 +44,31 @@ void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t n) {
     default:
       MOE_FAIL("cannot convert F32 to {}: not a float dtype", dtype_name(dst_dtype));
   }
+}
+
+int split_bf16_terms(const float* w, size_t n, std::vector<uint16_t>& terms) {
+  constexpr int kMaxTerms = 3;
+  terms.assign(kMaxTerms * n, 0);
+  int used = n > 0 ? 1 : 0;
+  for (size_t i = 0; i < n; ++i) {
+    float rest = w[i];
+    for (int j = 0; j < kMaxTerms; ++j) {
+      uint16_t term = f32_to_bf16(rest);
+      if (!std::isfinite(rest)) {
+        terms[j * n + i] = term;
+        break;
+      }
+      // Finite values past bf16's largest round to inf; that largest value instead leaves a finite rest.
+      if (!std::isfinite(bf16_to_f32(term))) term = static_cast<uint16_t>((term & 0x8000u) | 0x7f7fu);
+      terms[j * n + i] = term;
+      // Exact: the term is rest rounded to fewer bits, so the difference is a multiple of rest's ulp.
+      rest -= bf16_to_f32(term);
+      if (rest == 0.0f) break;
+      used = std::max(used, std::min(j + 2, kMaxTerms));
+    }
+  }
+  terms.resize(used * n);
+  return used;
 }
 
 }  // namespace moe

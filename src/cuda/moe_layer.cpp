@@ -9,6 +9,7 @@
 #include "moe/cuda/device_buffer.h"
 #include "moe/cuda/expert_upload.h"
 #include "moe/cuda/permute_workspace.h"
+#include "moe/cuda/router_gemm.h"
 #include "moe/core/float_convert.h"
 
 namespace moe::cuda {
@@ -35,7 +36,8 @@ struct CudaMoeLayer::State {
   DeviceBuffer<float> bias;    // [E]
   DeviceBuffer<bf16> w13, w2, shared_w13, shared_w2;
   // workspace
-  DeviceBuffer<float> x_f32, logits;
+  RouterGemm router_gemm;  // the router past kFusedRouterMaxTokens
+  DeviceBuffer<float> logits;
   PermuteWorkspace permute;
   DeviceBuffer<int32_t> ints;  // the other int32 scratch arrays, carved below
   DeviceBuffer<bf16> act, rows_out, shared_act, shared_out;
@@ -74,9 +76,12 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   // expert gate rides along as one more row of the same GEMM.
   const bool gated = config.shared == SharedExpertKind::sigmoid_gated;
   s.router_rows = E + (gated ? 1 : 0);
-  s.router = DeviceBuffer<float>(s.router_rows * H);
-  s.router.upload(weights.router.to_f32().data_as<float>(), E * H);
-  if (gated) s.router.upload(weights.shared_gate.to_f32().data_as<float>(), H, E * H);
+  std::vector<float> router(s.router_rows * H);
+  std::copy_n(weights.router.to_f32().data_as<float>(), E * H, router.begin());
+  if (gated) std::copy_n(weights.shared_gate.to_f32().data_as<float>(), H, router.begin() + E * H);
+  s.router = DeviceBuffer<float>(router.size());
+  s.router.upload(router.data(), router.size());
+  if (options.max_tokens > kFusedRouterMaxTokens) s.router_gemm = RouterGemm(router.data(), s.router_rows, H);
   if (weights.correction_bias.defined()) {
     s.bias = DeviceBuffer<float>(E);
     s.bias.upload(weights.correction_bias.to_f32().data_as<float>(), E);
@@ -91,7 +96,6 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   const int64_t capacity = capacity_for(options, Tm, static_cast<int>(k), static_cast<int>(E));
   s.max_rows = capacity < 0 ? max_pairs : E * capacity;
   s.permute = PermuteWorkspace(E, max_pairs, s.max_rows);
-  s.x_f32 = DeviceBuffer<float>(Tm * H);
   s.logits = DeviceBuffer<float>(Tm * s.router_rows);
   const int64_t shared_tiles = Tm + 1;
   s.ints = DeviceBuffer<int32_t>(2 + 2 * shared_tiles + 1 + Tm);
@@ -171,18 +175,12 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   }
 
   // Router: logits = x · Wᵀ in fp32, then scores and top-k. Decode batches take one fused launch; larger
-  // ones a cuBLAS SGEMM (the gate stays fp32: a bf16 gate would flip top-k choices).
+  // ones RouterGemm (the gate stays fp32: a bf16 gate would flip top-k choices).
   if (T <= kFusedRouterMaxTokens) {
     router_fused(s.config.router, x, s.H, s.router.get(), s.router_rows, s.bias.get(), T, s.logits.get(),
                  s.arrivals, topk_ids, topk_weights, stream);
   } else {
-    bf16_to_f32(x, s.x_f32.get(), T * s.H, stream);
-    const float one = 1.0f, zero = 0.0f;
-    MOE_CUBLAS_CHECK(cublasSetStream(s.cublas, stream));
-    MOE_CUBLAS_CHECK(cublasSgemm(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.router_rows),
-                                 static_cast<int>(T), static_cast<int>(s.H), &one, s.router.get(),
-                                 static_cast<int>(s.H), s.x_f32.get(), static_cast<int>(s.H), &zero, s.logits.get(),
-                                 static_cast<int>(s.router_rows)));
+    s.router_gemm.run(s.cublas, x, T, s.logits.get(), stream);
     router_topk(s.config.router, s.logits.get(), s.router_rows, s.bias.get(), T, topk_ids, topk_weights, stream);
   }
 

@@ -84,11 +84,6 @@ static __global__ void __launch_bounds__(kRowsPerBlock * kWarpsPerRow * 32)
   }
 }
 
-static __global__ void bf16_to_f32_kernel(const bf16* __restrict__ x, float* __restrict__ y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    y[i] = __bfloat162float(x[i]);
-}
-
 static __global__ void f32_to_bf16_kernel(const float* __restrict__ x, bf16* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     y[i] = __float2bfloat16_rn(x[i]);
@@ -131,12 +126,6 @@ void router_fused(const routing::RouterConfig& c, const bf16* x, int64_t hidden,
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>((gate_rows + kRowsPerBlock - 1) / kRowsPerBlock));
   launch_dependent(router_fused_kernel, grid, dim3(kRowsPerBlock * kWarpsPerRow * 32), 2 * c.n_experts * sizeof(float),
                    stream, p, x, hidden, gate, gate_rows, correction_bias, logits, arrivals, topk_ids, topk_weights);
-}
-
-void bf16_to_f32(const bf16* x, float* x_f32, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  bf16_to_f32_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(x, x_f32, n);
-  MOE_CUDA_CHECK_LAUNCH();
 }
 
 void f32_to_bf16(const float* x, bf16* x_bf16, int64_t n, cudaStream_t stream) {

@@ -12,6 +12,7 @@
 #include "moe/cuda/device_buffer.h"
 #include "moe/cuda/expert_upload.h"
 #include "moe/cuda/permute_workspace.h"
+#include "moe/cuda/router_gemm.h"
 #include "moe/dist/cuda_ep.h"
 
 namespace moe::dist {
@@ -36,8 +37,8 @@ struct CudaEpMoeLayer::State {
   DeviceBuffer<unsigned char> cublas_workspace;
   DeviceBuffer<float> router, bias;
   DeviceBuffer<bf16> w13, w2, shared_w13, shared_w2;
-  // router workspace [max_tokens]
-  DeviceBuffer<float> x_f32, logits;
+  cuda::RouterGemm router_gemm;  // the router past kFusedRouterMaxTokens
+  DeviceBuffer<float> logits;     // [max_tokens, router_rows]
   DeviceBuffer<unsigned> arrivals;
   // local experts over the received copies: [max_received * k] pairs of slots + 1 experts (the last one
   // holds the unused pairs and is never computed)
@@ -79,9 +80,12 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
   // Router in fp32, with the Qwen2 shared expert gate as one more row (as in CudaMoeLayer).
   const bool gated = config.shared == SharedExpertKind::sigmoid_gated;
   s.router_rows = s.E + (gated ? 1 : 0);
-  s.router = DeviceBuffer<float>(s.router_rows * s.H);
-  s.router.upload(weights.router.to_f32().data_as<float>(), s.E * s.H);
-  if (gated) s.router.upload(weights.shared_gate.to_f32().data_as<float>(), s.H, s.E * s.H);
+  std::vector<float> router(s.router_rows * s.H);
+  std::copy_n(weights.router.to_f32().data_as<float>(), s.E * s.H, router.begin());
+  if (gated) std::copy_n(weights.shared_gate.to_f32().data_as<float>(), s.H, router.begin() + s.E * s.H);
+  s.router = DeviceBuffer<float>(router.size());
+  s.router.upload(router.data(), router.size());
+  if (s.max_tokens > kFusedRouterMaxTokens) s.router_gemm = cuda::RouterGemm(router.data(), s.router_rows, s.H);
   if (weights.correction_bias.defined()) {
     s.bias = DeviceBuffer<float>(s.E);
     s.bias.upload(weights.correction_bias.to_f32().data_as<float>(), s.E);
@@ -93,7 +97,6 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
   if (s.S > 0) upload_mlps({&weights.shared}, s.H, s.S, s.shared_w13, s.shared_w2);
 
   const int64_t Tm = s.max_tokens;
-  s.x_f32 = DeviceBuffer<float>(Tm * s.H);
   s.logits = DeviceBuffer<float>(Tm * s.router_rows);
   s.arrivals = DeviceBuffer<unsigned>(Tm);
   MOE_CUDA_CHECK(cudaMemset(s.arrivals.get(), 0, Tm * sizeof(unsigned)));
@@ -134,13 +137,7 @@ void CudaEpMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk
     cuda::router_fused(s.config.router, x, s.H, s.router.get(), s.router_rows, s.bias.get(), T, s.logits.get(),
                        s.arrivals.get(), topk_ids, topk_weights, stream);
   } else if (T > 0) {
-    cuda::bf16_to_f32(x, s.x_f32.get(), T * s.H, stream);
-    const float one = 1.0f, zero = 0.0f;
-    MOE_CUBLAS_CHECK(cublasSetStream(s.cublas, stream));
-    MOE_CUBLAS_CHECK(cublasSgemm(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.router_rows),
-                                 static_cast<int>(T), static_cast<int>(s.H), &one, s.router.get(),
-                                 static_cast<int>(s.H), s.x_f32.get(), static_cast<int>(s.H), &zero, s.logits.get(),
-                                 static_cast<int>(s.router_rows)));
+    s.router_gemm.run(s.cublas, x, T, s.logits.get(), stream);
     cuda::router_topk(s.config.router, s.logits.get(), s.router_rows, s.bias.get(), T, topk_ids, topk_weights,
                       stream);
   }

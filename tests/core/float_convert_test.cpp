@@ -302,5 +302,65 @@ TEST(BulkConvert, RejectsIntegerDTypes) {
   EXPECT_THROW(convert_to_f32(&out, DType::U8, &value, 1), Error);
 }
 
+// The sum of w's bf16 terms, in double (exact: three terms of 8 significant bits).
+double sum_of_terms(const std::vector<uint16_t>& terms, int n_terms, size_t n, size_t i) {
+  double sum = 0;
+  for (int j = 0; j < n_terms; ++j) sum += bf16_to_f32(terms[j * n + i]);
+  return sum;
+}
+
+TEST(SplitBf16Terms, AnyFloatIsTheExactSumOfAtMostThreeTerms) {
+  test::TestRng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  // Random bit patterns over every exponent (finite only), plus edges: the largest float (whose bf16 is
+  // inf), the smallest normal, subnormals, signed zeros.
+  std::vector<float> w = {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::min(), 0x1.234566p-127f, 0.0f, -0.0f, 1.0f + 0x1.0p-9f + 0x1.0p-23f};
+  while (w.size() < 20000) {
+    const float v = std::bit_cast<float>(static_cast<uint32_t>(rng.uniform_int(0, 0xffffffff)));
+    if (std::isfinite(v)) w.push_back(v);
+  }
+  std::vector<uint16_t> terms;
+  const int n_terms = split_bf16_terms(w.data(), w.size(), terms);
+  EXPECT_EQ(n_terms, 3);
+  ASSERT_EQ(terms.size(), 3 * w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    // Residuals below bf16's smallest subnormal (2^-133) are the only loss.
+    ASSERT_NEAR(sum_of_terms(terms, n_terms, w.size(), i), double{w[i]}, 0x1.0p-133) << "w = " << w[i];
+    if (std::abs(w[i]) >= 0x1.0p-100f) {
+      ASSERT_EQ(sum_of_terms(terms, n_terms, w.size(), i), double{w[i]}) << "w = " << w[i];
+    }
+  }
+}
+
+TEST(SplitBf16Terms, TakesOnlyTheTermsTheValuesNeed) {
+  std::vector<uint16_t> terms;
+  const std::vector<float> bf16_exact = {1.0f, -0.5f, 3.0f, bf16_to_f32(0x4049), 0.0f};
+  EXPECT_EQ(split_bf16_terms(bf16_exact.data(), bf16_exact.size(), terms), 1);
+  EXPECT_EQ(terms.size(), bf16_exact.size());
+  for (size_t i = 0; i < bf16_exact.size(); ++i) EXPECT_EQ(bf16_to_f32(terms[i]), bf16_exact[i]);
+  const std::vector<float> sixteen_bits = {1.0f + 0x1.0p-12f, 2.0f};  // 13 significant bits
+  EXPECT_EQ(split_bf16_terms(sixteen_bits.data(), sixteen_bits.size(), terms), 2);
+  EXPECT_EQ(sum_of_terms(terms, 2, 2, 0), double{sixteen_bits[0]});
+  const std::vector<float> full = {2.0f, 1.0f + 0x1.0p-9f + 0x1.0p-23f};
+  EXPECT_EQ(split_bf16_terms(full.data(), full.size(), terms), 3);
+  EXPECT_EQ(sum_of_terms(terms, 3, 2, 1), double{full[1]});
+  EXPECT_EQ(split_bf16_terms(nullptr, 0, terms), 0);
+  EXPECT_TRUE(terms.empty());
+}
+
+TEST(SplitBf16Terms, NonFiniteValuesAreTheirFirstTerm) {
+  const std::vector<float> w = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::quiet_NaN(), 1.0f + 0x1.0p-9f + 0x1.0p-23f};
+  std::vector<uint16_t> terms;
+  ASSERT_EQ(split_bf16_terms(w.data(), w.size(), terms), 3);
+  EXPECT_EQ(bf16_to_f32(terms[0]), w[0]);
+  EXPECT_EQ(bf16_to_f32(terms[1]), w[1]);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(terms[2])));
+  for (int j = 1; j < 3; ++j) {
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(terms[j * w.size() + i], 0) << "term " << j << " of value " << i;
+  }
+}
+
 }  // namespace
 }  // namespace moe

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "moe/core/dtype.h"
 
@@ -78,5 +79,13 @@ inline uint8_t f32_to_fp8_e4m3(float value) {
 void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t n);
 // dst[i] = src[i] rounded to a float dtype.
 void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t n);
+
+// w as a sum of bf16 terms: terms[j * n + i] is term j of w[i]; term 0 is bf16(w), each next term bf16 of
+// what the terms before leave. Returns how many terms were needed (1 to 3) for every finite w[i] to be their
+// exact sum: 1 when w is bf16 already, 3 at most (3 x 8 significant bits hold fp32's 24; only residuals
+// below bf16's smallest subnormal, 2^-133, are lost). Non-finite values are term 0 alone. `terms` holds
+// exactly that many terms of n values. What it is for: products of bf16 activations with bf16 terms are
+// exact in fp32, so a bf16 tensor-core GEMM per term gives an fp32 weight's products (CUDA router).
+int split_bf16_terms(const float* w, size_t n, std::vector<uint16_t>& terms);
 
 }  // namespace moe

@@ -33,8 +33,6 @@ void router_fused(const routing::RouterConfig& config, const bf16* x, int64_t hi
                   int64_t gate_rows, const float* correction_bias, int64_t n_tokens, float* logits,
                   unsigned* arrivals, int32_t* topk_ids, float* topk_weights, cudaStream_t stream);
 
-// x_f32[i] = float(x[i]) for n elements.
-void bf16_to_f32(const bf16* x, float* x_f32, int64_t n, cudaStream_t stream);
 void f32_to_bf16(const float* x, bf16* x_bf16, int64_t n, cudaStream_t stream);
 
 // ---- permute.cu ------------------------------------------------------------------------------------

@@ -1,0 +1,33 @@
+#pragma once
+// The router's logits for batches past the fused router kernel: x · Wᵀ with W the fp32 router weights
+// [rows, H], stored as a sum of bf16 terms (split_bf16_terms: one term where W is bf16 already, as in most
+// checkpoints, at most three), and one cuBLAS bf16 GEMM with fp32 accumulation per term. x is bf16, so
+// every product of x and a term is exact in fp32 and the terms sum to W: the logits keep the fp32 SGEMM's
+// accuracy (a different summation order) at the tensor-core rate, and x needs no fp32 copy first.
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "moe/cuda/device_buffer.h"
+
+namespace moe::cuda {
+
+class RouterGemm {
+ public:
+  RouterGemm() = default;
+  // w: [rows, h] fp32 on the host.
+  RouterGemm(const float* w, int64_t rows, int64_t h);
+
+  int terms() const { return n_terms_; }
+  // logits[T, rows] (row-major, fp32) = x[T, h] · Wᵀ on `stream`.
+  void run(cublasHandle_t cublas, const __nv_bfloat16* x, int64_t T, float* logits, cudaStream_t stream) const;
+
+ private:
+  DeviceBuffer<__nv_bfloat16> terms_;  // [n_terms, rows, h]
+  int n_terms_ = 0;
+  int64_t rows_ = 0, h_ = 0;
+};
+
+}  // namespace moe::cuda
