@@ -10,6 +10,7 @@
 #   VARIANTS="name shape tokens VAR=value...;..."  bench overrides (MOE_WGMMA_HALF_TILES, MOE_WGMMA_RASTER_ROWS,
 #                                                  MOE_WGMMA_L2), default: the L2 hints off and A+B hinted
 #   NCU_VARIANTS="name VAR=value...;..."           ncu overrides, default: the L2 hints off
+#   PEERS=0                                        skips the torch peers and the table
 set -uo pipefail
 source scripts/device/carry_env.sh
 work=/tmp/wgmma-schedules && rm -rf "$work" && mkdir -p "$work"  # packed into one tarball: $OUT returns 8 files
@@ -26,6 +27,7 @@ finish() {
 cuobjdump -sass "$bin/cuda_tests" > "$work/sass.txt" 2>&1
 awk '/Function : /{f = /wgmma_grouped_gemm_kernel/} f' "$work/sass.txt" > "$work/sass_wgmma.txt"
 echo "SASS wgmma kernels: $(grep -c 'Function :' "$work/sass_wgmma.txt") functions, $(grep -c HGMMA "$work/sass_wgmma.txt") HGMMA, $(grep -cE '\b(LDL|STL)\b' "$work/sass_wgmma.txt") LDL/STL"
+grep -nE 'Function :|\b(LDL|STL)\b' "$work/sass_wgmma.txt" | grep -B1 -E 'LDL|STL' | head -12
 
 # The kernel's own tests first: a hang or a wrong result stops the run before it costs more device time.
 timeout 90 "$bin/cuda_tests" --gtest_filter='CudaWgmma*' > "$work/tests_kernel.log" 2>&1
@@ -75,6 +77,7 @@ for v in "${ncu_list[@]}"; do
 done | tee -a "$work/summary.txt"
 
 # The torch peers once; a table for every schedule against them.
+if [ "${PEERS:-1}" = 0 ]; then finish; exit 0; fi
 PYTHONUNBUFFERED=1 timeout 150 python3 scripts/device/torch_moe_peers.py "$shapes" "$tokens" balanced \
   > "$work/torch_balanced.jsonl" 2> "$work/torch.log" || echo "torch peers failed: $(tail -3 "$work/torch.log")"
 for dir in "$work"/schedule_default; do
