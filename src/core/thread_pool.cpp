@@ -1,12 +1,9 @@
 #include "moe/core/thread_pool.h"
 
 #include <algorithm>
-#include <charconv>
-#include <cstdlib>
-#include <string>
-#include <string_view>
 
 #include "moe/core/check.h"
+#include "moe/core/env.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -20,23 +17,14 @@ thread_local bool tl_inside_pool = false;
 using Clock = std::chrono::steady_clock;
 
 int default_thread_count() {
-  if (const char* env = std::getenv("MOE_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) return n;
-  }
+  if (const auto n = env_integer("MOE_NUM_THREADS", 1, 4096, "the number of CPU threads")) return static_cast<int>(*n);
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
 std::chrono::microseconds default_spin() {
-  const char* env = std::getenv("MOE_POOL_SPIN_US");
-  if (env == nullptr || *env == '\0') return ThreadPool::kDefaultSpin;
-  const std::string_view text(env);
-  int us = -1;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), us);
-  MOE_CHECK(error == std::errc() && end == text.data() + text.size() && us >= 0 && us <= 1'000'000,
-            "MOE_POOL_SPIN_US='{}': give the microseconds an idle worker polls before sleeping, 0 to 1000000 "
-            "(0: never polls)", text);
-  return std::chrono::microseconds(us);
+  const auto us = env_integer("MOE_POOL_SPIN_US", 0, 1'000'000,
+                              "the microseconds an idle worker polls before sleeping (0: never polls)");
+  return us ? std::chrono::microseconds(*us) : ThreadPool::kDefaultSpin;
 }
 
 void cpu_relax() {

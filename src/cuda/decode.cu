@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "moe/core/env.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 #include "router_select.cuh"
@@ -517,11 +518,6 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
 unsigned long long* g_trace = nullptr;  // decode_trace: the stamps of traced launches
 int g_trace_blocks = 0;
 
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* value = std::getenv(name);
-  return value && *value ? std::strtoll(value, nullptr, 10) : fallback;
-}
-
 }  // namespace
 
 int64_t decode_token_limit(const routing::RouterConfig& c, int64_t hidden, int64_t gate_rows) {
@@ -530,7 +526,9 @@ int64_t decode_token_limit(const routing::RouterConfig& c, int64_t hidden, int64
   // the kernel chain at T <= 2 on all three bench shapes and loses from T = 4 (its CUDA-core dot products
   // against the chain's tensor cores once experts see several tokens). MOE_DECODE_MAX_TOKENS overrides it
   // (0 turns the fused path off) for measuring both paths on one machine.
-  int64_t limit = std::clamp<int64_t>(env_int("MOE_DECODE_MAX_TOKENS", 2), 0, kDecodeMaxTokens);
+  int64_t limit = env_integer("MOE_DECODE_MAX_TOKENS", 0, kDecodeMaxTokens,
+                              "the largest batch the fused decode kernel takes (0: none)")
+                      .value_or(2);
   const size_t router_floats = size_t(gate_rows + 2 * c.n_experts);
   while (limit > 0 && (size_t{2} * limit * hidden + 16 + std::max<size_t>(4 * limit * router_floats, 4 * kPartialFloats) +
                        (24u << 10)) > static_cast<size_t>(device_limits().smem_optin))
@@ -579,7 +577,10 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
   MOE_CUDA_REQUIRE(int64_t{kDownRows} * n_tokens * (c.top_k + 1) * p.down_segs <= kPartialFloats,
                    "the fused decode path's down phase cannot reduce " + std::to_string(n_tokens) +
                        " tokens of k = " + std::to_string(c.top_k) + " in shared memory: lower MOE_DECODE_MAX_TOKENS");
-  static const int64_t prefetch = env_int("MOE_DECODE_PREFETCH", 192 << 10);
+  static const int64_t prefetch =
+      env_integer("MOE_DECODE_PREFETCH", 0, int64_t{1} << 30,
+                  "the bytes of down weights the fused decode kernel prefetches into L2 before its second barrier")
+          .value_or(192 << 10);
   p.prefetch_bytes = static_cast<int>(prefetch);
   p.logit_parts = scratch.logit_parts;
   p.act = scratch.act;

@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "launch.h"
+#include "moe/core/env.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 
@@ -512,13 +513,8 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
     MOE_CUDA_REQUIRE(s.empty() || s == "on" || s == "off", "MOE_WGMMA_HALF_TILES must be on or off, not '" + s + "'");
     return s.empty() ? -1 : s == "on" ? 1 : 0;
   }();
-  static const int raster_rows = [] {
-    const char* v = std::getenv("MOE_WGMMA_RASTER_ROWS");
-    if (v == nullptr || *v == '\0') return 0;
-    const int r = std::atoi(v);
-    MOE_CUDA_REQUIRE(r >= 1 && r <= 64, std::string("MOE_WGMMA_RASTER_ROWS must be 1 to 64, not '") + v + "'");
-    return r;
-  }();
+  static const int raster_rows = static_cast<int>(
+      env_integer("MOE_WGMMA_RASTER_ROWS", 1, 64, "the row tiles of a raster group").value_or(0));
   static const std::pair<int, int> l2 = [] {  // -1: the policy's
     const char* v = std::getenv("MOE_WGMMA_L2");
     const std::string s = v == nullptr ? "" : v;

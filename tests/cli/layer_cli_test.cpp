@@ -596,17 +596,24 @@ TEST(LayerBadInput, BadOptionValues) {
 }
 
 // A malformed thread-pool setting in the environment is an error naming it, not a silent default.
-TEST(LayerBadInput, BadPoolSpinIsNamed) {
+TEST(LayerBadInput, BadPoolSettingsAreNamed) {
   TestRng rng;
   const MoeCase c = random_moe_case("mixtral", rng, {.tokens = 4});
   TempDir dir;
   write_case(dir.path(), c);
-  for (const char* value : {"abc", "-5", "12us"}) {
-    ::setenv("MOE_POOL_SPIN_US", value, 1);
-    const RunResult run = run_moe(dir, layer_args(dir));
-    ::unsetenv("MOE_POOL_SPIN_US");
-    expect_user_error(run, {"MOE_POOL_SPIN_US"});
+  for (const char* var : {"MOE_POOL_SPIN_US", "MOE_NUM_THREADS"}) {
+    for (const char* value : {"abc", "-5", "12us", "0x10"}) {
+      SCOPED_TRACE(std::string(var) + "=" + value);
+      ::setenv(var, value, 1);
+      const RunResult run = run_moe(dir, layer_args(dir));
+      ::unsetenv(var);
+      expect_user_error(run, {var});
+    }
   }
+  ::setenv("MOE_NUM_THREADS", "0", 1);  // no threads at all
+  const RunResult run = run_moe(dir, layer_args(dir));
+  ::unsetenv("MOE_NUM_THREADS");
+  expect_user_error(run, {"MOE_NUM_THREADS", "1 to 4096"});
 }
 
 // ---- the fast CPU experts (the default) ----------------------------------------------------------------

@@ -1,0 +1,15 @@
+#pragma once
+// Integer settings read from the environment (thread counts, kernel policy overrides), parsed strictly: a
+// value that is not a whole number in range is an error naming the variable, its range and what it sets,
+// never a silent default.
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace moe {
+
+// The integer in `name`, or nullopt where it is unset or empty. `meaning` says what it sets (for the error).
+std::optional<int64_t> env_integer(const char* name, int64_t min, int64_t max, std::string_view meaning);
+
+}  // namespace moe
