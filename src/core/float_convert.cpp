@@ -49,22 +49,24 @@ void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t n) {
 int split_bf16_terms(const float* w, size_t n, std::vector<uint16_t>& terms) {
   constexpr int kMaxTerms = 3;
   terms.assign(kMaxTerms * n, 0);
-  int used = n > 0 ? 1 : 0;
+  int used = 0;
   for (size_t i = 0; i < n; ++i) {
     float rest = w[i];
     for (int j = 0; j < kMaxTerms; ++j) {
       uint16_t term = f32_to_bf16(rest);
-      if (!std::isfinite(rest)) {
+      if (!std::isfinite(rest)) {  // only ever the first term
         terms[j * n + i] = term;
+        used = std::max(used, 1);
         break;
       }
       // Finite values past bf16's largest round to inf; that largest value instead leaves a finite rest.
       if (!std::isfinite(bf16_to_f32(term))) term = static_cast<uint16_t>((term & 0x8000u) | 0x7f7fu);
+      if (j > 0 && bf16_to_f32(term) == 0.0f) break;  // a rest below bf16's smallest subnormal: lost anyway
       terms[j * n + i] = term;
+      used = std::max(used, j + 1);
       // Exact: the term is rest rounded to fewer bits, so the difference is a multiple of rest's ulp.
       rest -= bf16_to_f32(term);
       if (rest == 0.0f) break;
-      used = std::max(used, std::min(j + 2, kMaxTerms));
     }
   }
   terms.resize(used * n);

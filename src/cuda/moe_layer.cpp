@@ -1,7 +1,5 @@
 #include "moe/cuda/moe_layer.h"
 
-#include <cublas_v2.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -16,9 +14,6 @@ namespace moe::cuda {
 
 namespace {
 
-// Up to this many tokens the router runs as one fused GEMV + top-k launch.
-constexpr int64_t kFusedRouterMaxTokens = 64;
-
 int64_t capacity_for(const CudaLayerOptions& o, int64_t n_tokens, int top_k, int n_experts) {
   return o.paradigm == Paradigm::padded ? expert_capacity(o.capacity_factor, n_tokens, top_k, n_experts) : -1;
 }
@@ -29,8 +24,6 @@ struct CudaMoeLayer::State {
   MoeConfig config;
   CudaLayerOptions options;
   int64_t H, I, S, E, k, router_rows;
-  cublasHandle_t cublas = nullptr;
-  DeviceBuffer<unsigned char> cublas_workspace;
   // weights
   DeviceBuffer<float> router;  // [router_rows, H]: E expert rows (+ the Qwen2 shared expert gate row)
   DeviceBuffer<float> bias;    // [E]
@@ -136,16 +129,10 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
                 .dropped = s.permute.buffers().dropped};
   }
 
-  MOE_CUBLAS_CHECK(cublasCreate(&s.cublas));
-  // NOTE: a workspace of our own keeps cuBLAS from allocating during graph capture.
-  s.cublas_workspace = DeviceBuffer<unsigned char>(32u << 20);
-  MOE_CUBLAS_CHECK(cublasSetWorkspace(s.cublas, s.cublas_workspace.get(), s.cublas_workspace.size()));
   MOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-CudaMoeLayer::~CudaMoeLayer() {
-  if (state_ && state_->cublas) cublasDestroy(state_->cublas);
-}
+CudaMoeLayer::~CudaMoeLayer() = default;
 
 const MoeConfig& CudaMoeLayer::config() const { return state_->config; }
 
@@ -180,7 +167,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
     router_fused(s.config.router, x, s.H, s.router.get(), s.router_rows, s.bias.get(), T, s.logits.get(),
                  s.arrivals, topk_ids, topk_weights, stream);
   } else {
-    s.router_gemm.run(s.cublas, x, T, s.logits.get(), stream);
+    s.router_gemm.run(x, T, s.logits.get(), stream);
     router_topk(s.config.router, s.logits.get(), s.router_rows, s.bias.get(), T, topk_ids, topk_weights, stream);
   }
 

@@ -1,5 +1,6 @@
 #include "moe/cuda/router_gemm.h"
 
+#include <utility>
 #include <vector>
 
 #include "moe/core/check.h"
@@ -14,17 +15,42 @@ RouterGemm::RouterGemm(const float* w, int64_t rows, int64_t h) : rows_(rows), h
   n_terms_ = split_bf16_terms(w, static_cast<size_t>(rows * h), terms);
   terms_ = DeviceBuffer<__nv_bfloat16>(terms.size());
   MOE_CUDA_CHECK(cudaMemcpy(terms_.get(), terms.data(), terms.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+  MOE_CUBLAS_CHECK(cublasCreate(&cublas_));
+  workspace_ = DeviceBuffer<unsigned char>(32u << 20);
 }
 
-void RouterGemm::run(cublasHandle_t cublas, const __nv_bfloat16* x, int64_t T, float* logits,
-                     cudaStream_t stream) const {
+RouterGemm::~RouterGemm() {
+  if (cublas_) cublasDestroy(cublas_);
+}
+
+RouterGemm::RouterGemm(RouterGemm&& other) noexcept
+    : terms_(std::move(other.terms_)),
+      n_terms_(std::exchange(other.n_terms_, 0)),
+      rows_(other.rows_),
+      h_(other.h_),
+      cublas_(std::exchange(other.cublas_, nullptr)),
+      workspace_(std::move(other.workspace_)) {}
+
+RouterGemm& RouterGemm::operator=(RouterGemm&& other) noexcept {
+  std::swap(terms_, other.terms_);
+  std::swap(n_terms_, other.n_terms_);
+  std::swap(rows_, other.rows_);
+  std::swap(h_, other.h_);
+  std::swap(cublas_, other.cublas_);
+  std::swap(workspace_, other.workspace_);
+  return *this;
+}
+
+void RouterGemm::run(const __nv_bfloat16* x, int64_t T, float* logits, cudaStream_t stream) const {
   MOE_CHECK(n_terms_ > 0, "router GEMM: no weights");
   if (T == 0) return;
-  MOE_CUBLAS_CHECK(cublasSetStream(cublas, stream));
+  MOE_CUBLAS_CHECK(cublasSetStream(cublas_, stream));
+  // NOTE: cublasSetStream puts the handle back on cuBLAS's own workspace pool, so ours goes after it.
+  MOE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.get(), workspace_.size()));
   // Column-major view: logitsᵀ [rows, T] = term [h, rows]ᵀ · xᵀ [h, T], the terms accumulated into it.
   const float one = 1.0f, zero = 0.0f;
   for (int j = 0; j < n_terms_; ++j) {
-    MOE_CUBLAS_CHECK(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows_), static_cast<int>(T),
+    MOE_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows_), static_cast<int>(T),
                                   static_cast<int>(h_), &one, terms_.get() + j * rows_ * h_, CUDA_R_16BF,
                                   static_cast<int>(h_), x, CUDA_R_16BF, static_cast<int>(h_), j == 0 ? &zero : &one,
                                   logits, CUDA_R_32F, static_cast<int>(rows_), CUBLAS_COMPUTE_32F,

@@ -1,7 +1,6 @@
 // The expert-parallel MoE block on GPUs: the router and the shared experts on this rank's tokens, the
 // exchange (cuda_ep_exchange.cpp) around this rank's experts, which run on the received copies with the
 // single-GPU layer's kernels (permute, grouped GEMMs, unpermute).
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <cstring>
@@ -21,20 +20,13 @@ using cuda::DeviceBuffer;
 using cuda::padded_intermediate;
 using cuda::upload_mlps;
 
-namespace {
-
-// Up to this many tokens the router runs as one fused GEMV + top-k launch (as in CudaMoeLayer).
-constexpr int64_t kFusedRouterMaxTokens = 64;
-
-}  // namespace
+using cuda::kFusedRouterMaxTokens;
 
 struct CudaEpMoeLayer::State {
   MoeConfig config;
   int64_t H = 0, I = 0, S = 0, E = 0, k = 0, router_rows = 0, max_tokens = 0;
   int slots = 0;
   std::unique_ptr<CudaEpExchange> exchange;
-  cublasHandle_t cublas = nullptr;
-  DeviceBuffer<unsigned char> cublas_workspace;
   DeviceBuffer<float> router, bias;
   DeviceBuffer<bf16> w13, w2, shared_w13, shared_w2;
   cuda::RouterGemm router_gemm;  // the router past kFusedRouterMaxTokens
@@ -115,15 +107,10 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
     s.shared_ints = DeviceBuffer<int32_t>(2 + 2 * (Tm + 1) + 1);
   }
 
-  MOE_CUBLAS_CHECK(cublasCreate(&s.cublas));
-  s.cublas_workspace = DeviceBuffer<unsigned char>(32u << 20);
-  MOE_CUBLAS_CHECK(cublasSetWorkspace(s.cublas, s.cublas_workspace.get(), s.cublas_workspace.size()));
   MOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-CudaEpMoeLayer::~CudaEpMoeLayer() {
-  if (state_ && state_->cublas) cublasDestroy(state_->cublas);
-}
+CudaEpMoeLayer::~CudaEpMoeLayer() = default;
 
 void CudaEpMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_ids, float* topk_weights,
                              cudaStream_t stream) {
@@ -137,7 +124,7 @@ void CudaEpMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk
     cuda::router_fused(s.config.router, x, s.H, s.router.get(), s.router_rows, s.bias.get(), T, s.logits.get(),
                        s.arrivals.get(), topk_ids, topk_weights, stream);
   } else if (T > 0) {
-    s.router_gemm.run(s.cublas, x, T, s.logits.get(), stream);
+    s.router_gemm.run(x, T, s.logits.get(), stream);
     cuda::router_topk(s.config.router, s.logits.get(), s.router_rows, s.bias.get(), T, topk_ids, topk_weights,
                       stream);
   }

@@ -345,6 +345,9 @@ TEST(SplitBf16Terms, TakesOnlyTheTermsTheValuesNeed) {
   const std::vector<float> full = {2.0f, 1.0f + 0x1.0p-9f + 0x1.0p-23f};
   EXPECT_EQ(split_bf16_terms(full.data(), full.size(), terms), 3);
   EXPECT_EQ(sum_of_terms(terms, 3, 2, 1), double{full[1]});
+  // Below bf16's smallest subnormal (2^-133) nothing is left to take: no extra terms of zeros.
+  const std::vector<float> tiny = {1.0f, std::numeric_limits<float>::denorm_min(), 0x1.0p-130f + 0x1.0p-140f};
+  EXPECT_EQ(split_bf16_terms(tiny.data(), tiny.size(), terms), 1);
   EXPECT_EQ(split_bf16_terms(nullptr, 0, terms), 0);
   EXPECT_TRUE(terms.empty());
 }

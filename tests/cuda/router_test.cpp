@@ -1,6 +1,4 @@
 // The CUDA router against its CPU twin (routing::route) on fresh random logits, every method.
-#include <cublas_v2.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -129,10 +127,8 @@ TEST(CudaRouter, RouterGemmKeepsFp32Accuracy) {
   };
   test::Device<uint16_t> d_x(x_bits);
   test::Device<float> d_logits(T * rows);
-  cublasHandle_t cublas = nullptr;
-  MOE_CUBLAS_CHECK(cublasCreate(&cublas));
   const auto logits_of = [&](const RouterGemm& gemm) {
-    gemm.run(cublas, reinterpret_cast<const bf16*>(d_x.get()), T, d_logits.get(), nullptr);
+    gemm.run(reinterpret_cast<const bf16*>(d_x.get()), T, d_logits.get(), nullptr);
     return d_logits.host();
   };
 
@@ -147,7 +143,26 @@ TEST(CudaRouter, RouterGemmKeepsFp32Accuracy) {
   EXPECT_EQ(one_term.terms(), 1);
   EXPECT_GE(worst_error(w, logits_of(one_term)), 4 * kFp32Tolerance) << "one bf16 term should be visibly less exact";
   EXPECT_LE(worst_error(w_bf16, logits_of(one_term)), kFp32Tolerance);
-  cublasDestroy(cublas);
+}
+
+// With one-hot tokens every logit is one weight: the three terms must add up to it bit for bit (a lost or
+// wrong term shows here, below what the tolerance above can see).
+TEST(CudaRouter, RouterGemmReproducesFp32WeightsExactly) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t H = 192, rows = 72, T = H;
+  const std::vector<float> w = rng.normal_vector(rows * H, 0.05f);
+  std::vector<uint16_t> x(T * H, 0);
+  for (int64_t t = 0; t < T; ++t) x[t * H + t] = ::moe::f32_to_bf16(1.0f);  // token t picks feature t
+  test::Device<uint16_t> d_x(x);
+  test::Device<float> d_logits(T * rows);
+  const RouterGemm gemm(w.data(), rows, H);
+  ASSERT_EQ(gemm.terms(), 3);
+  gemm.run(reinterpret_cast<const bf16*>(d_x.get()), T, d_logits.get(), nullptr);
+  const auto logits = d_logits.host();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(logits[t * rows + r], w[r * H + t]) << "token " << t << " row " << r;
 }
 
 }  // namespace

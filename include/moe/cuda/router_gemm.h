@@ -14,20 +14,31 @@
 
 namespace moe::cuda {
 
+// Up to this many tokens a layer routes in one fused launch (router_fused); past it, RouterGemm then
+// router_topk.
+inline constexpr int64_t kFusedRouterMaxTokens = 64;
+
 class RouterGemm {
  public:
   RouterGemm() = default;
   // w: [rows, h] fp32 on the host.
   RouterGemm(const float* w, int64_t rows, int64_t h);
+  ~RouterGemm();
+  RouterGemm(RouterGemm&& other) noexcept;
+  RouterGemm& operator=(RouterGemm&& other) noexcept;
+  RouterGemm(const RouterGemm&) = delete;
+  RouterGemm& operator=(const RouterGemm&) = delete;
 
   int terms() const { return n_terms_; }
-  // logits[T, rows] (row-major, fp32) = x[T, h] · Wᵀ on `stream`.
-  void run(cublasHandle_t cublas, const __nv_bfloat16* x, int64_t T, float* logits, cudaStream_t stream) const;
+  // logits[T, rows] (row-major, fp32) = x[T, h] · Wᵀ on `stream` (capturable into a CUDA graph).
+  void run(const __nv_bfloat16* x, int64_t T, float* logits, cudaStream_t stream) const;
 
  private:
   DeviceBuffer<__nv_bfloat16> terms_;  // [n_terms, rows, h]
   int n_terms_ = 0;
   int64_t rows_ = 0, h_ = 0;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceBuffer<unsigned char> workspace_;  // cuBLAS's, so that a captured graph allocates nothing
 };
 
 }  // namespace moe::cuda
