@@ -518,9 +518,20 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
 unsigned long long* g_trace = nullptr;  // decode_trace: the stamps of traced launches
 int g_trace_blocks = 0;
 
+// MOE_DECODE_PREFETCH, read once (decode_token_limit reads it at layer construction, so that a bad value is
+// an error there and not in the middle of a forward or a graph capture).
+int64_t decode_prefetch_bytes() {
+  static const int64_t bytes =
+      env_integer("MOE_DECODE_PREFETCH", 0, int64_t{1} << 30,
+                  "the bytes of down weights the fused decode kernel prefetches into L2 before its second barrier")
+          .value_or(192 << 10);
+  return bytes;
+}
+
 }  // namespace
 
 int64_t decode_token_limit(const routing::RouterConfig& c, int64_t hidden, int64_t gate_rows) {
+  decode_prefetch_bytes();
   if (c.n_experts > kMaxExperts || c.top_k > kMaxTopK || c.n_group > 32 || hidden % 8 != 0) return 0;
   // NOTE: 2 is measured on the H200 (bench/RESULTS.md, 2026-11-29 decode section): the fused path beats
   // the kernel chain at T <= 2 on all three bench shapes and loses from T = 4 (its CUDA-core dot products
@@ -577,11 +588,7 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
   MOE_CUDA_REQUIRE(int64_t{kDownRows} * n_tokens * (c.top_k + 1) * p.down_segs <= kPartialFloats,
                    "the fused decode path's down phase cannot reduce " + std::to_string(n_tokens) +
                        " tokens of k = " + std::to_string(c.top_k) + " in shared memory: lower MOE_DECODE_MAX_TOKENS");
-  static const int64_t prefetch =
-      env_integer("MOE_DECODE_PREFETCH", 0, int64_t{1} << 30,
-                  "the bytes of down weights the fused decode kernel prefetches into L2 before its second barrier")
-          .value_or(192 << 10);
-  p.prefetch_bytes = static_cast<int>(prefetch);
+  p.prefetch_bytes = static_cast<int>(decode_prefetch_bytes());
   p.logit_parts = scratch.logit_parts;
   p.act = scratch.act;
   p.act_stride = scratch.act_stride;

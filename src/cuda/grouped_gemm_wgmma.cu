@@ -15,7 +15,7 @@
 // flight stay a window of consecutive units however far the blocks drift apart in time) or a fixed stride
 // of the list. It decodes each from the tile map and posts it to the consumers in a per-block mailbox in
 // global memory, ordered by the unit's first "full" mbarrier (release by the producer's arrival, acquire by
-// the consumers' wait); a unit of no rows ends the walk. The mailbox is in global memory so that nothing
+// the consumers' wait); a unit of no expert ends the walk. The mailbox is in global memory so that nothing
 // but the tiles passes through shared memory (compute-sanitizer's racecheck cannot see an mbarrier order
 // a shared-memory handoff). With half tiles on, a tile
 // whose valid rows all fall in the first 64 leaves the second consumer idle for that unit (see
@@ -205,7 +205,7 @@ __device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int64_t w, int
   Unit u;
   u.expert = p.tile_expert[tile];
   u.row0 = p.tile_row[tile];
-  u.rows = min(kBM, p.segment_offsets[u.expert] + p.segment_counts[u.expert] - u.row0);
+  u.rows = max(0, min(kBM, p.segment_offsets[u.expert] + p.segment_counts[u.expert] - u.row0));
   u.col = within / group_rows;
   return u;
 }
@@ -286,15 +286,16 @@ static __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    // A unit of no rows: the consumers stop.
+    // A unit of no expert: the consumers stop.
     mbar_wait(empty_bar + 8 * stage, phase ^ 1);
-    mailbox[slot] = make_int4(0, -1, 0, 0);
+    mailbox[slot] = make_int4(0, 0, 0, -1);
     mbar_arrive(full_bar + 8 * stage);
     if (p.claimed_units) {
       // The last block to finish claiming leaves the queue zeroed for the next launch (which waits for this
       // grid to complete before it claims).
       __threadfence();
       if (atomicAdd(blocks_done, 1) == static_cast<int>(gridDim.x) - 1) {
+        __threadfence();
         *next_unit = 0;
         *blocks_done = 0;
       }
@@ -312,13 +313,14 @@ static __global__ void __launch_bounds__(kThreads, 1)
   for (int slot = 0;; slot = slot + 1 == kStages ? 0 : slot + 1) {
     mbar_wait(full_bar + 8 * stage, phase);
     const int4 posted = __ldcg(mailbox + slot);
-    if (posted.y < 0) break;
+    if (posted.w < 0) break;  // the end (a real unit's expert is >= 0)
     const Unit u{.row0 = posted.x, .rows = posted.y, .col = posted.z, .expert = posted.w};
     if (p.half_tiles && consumer * 64 >= u.rows) {
       // All of this warpgroup's rows are masked: free each stage as it lands (after it landed, so that the
       // arrival counts towards this round of the empty barrier) and let the other warpgroup run alone.
       for (int kb = 0; kb < p.k_blocks; ++kb) {
         mbar_wait(full_bar + 8 * stage, phase);
+        __syncwarp();  // every lane has read the mailbox before lane 0 frees the stage (and so its slot)
         if (lane == 0) mbar_arrive(empty_bar + 8 * stage);
         if (++stage == kStages) stage = 0, phase ^= 1;
       }
@@ -427,6 +429,7 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
   MOE_CUDA_REQUIRE(g.n_experts >= 1 && g.a_rows >= 1,
                    "wgmma grouped GEMM: set n_experts and a_rows (the tensor maps' extents)");
   MOE_CUDA_REQUIRE(g.n % 2 == 0, "wgmma grouped GEMM: output columns " + std::to_string(g.n) + " must be even");
+  MOE_CUDA_REQUIRE(g.k >= 1 && g.n >= 1, "wgmma grouped GEMM: empty K or N");
   MOE_CUDA_REQUIRE(g.max_tiles < (int64_t{1} << 31), "wgmma grouped GEMM: too many tiles");
   MOE_CUDA_REQUIRE(schedule.raster_rows >= 1, "wgmma grouped GEMM: raster_rows must be at least 1");
   MOE_CUDA_REQUIRE(g.scheduler != nullptr,
@@ -453,6 +456,8 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
     configured_devices.fetch_or(bit);
   }
   const int64_t units = g.max_tiles * p.n_col_tiles;  // an upper bound: the device knows the real count
+  // NOTE: the claim counter is int32 and every block claims once past the end.
+  MOE_CUDA_REQUIRE(units + kMaxBlocks < (int64_t{1} << 31), "wgmma grouped GEMM: too many work units");
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>({int64_t{sm_count()}, units, int64_t{kMaxBlocks}}));
   launch_dependent(wgmma_grouped_gemm_kernel<SWIGLU>, dim3(blocks), dim3(kThreads), kSmemBytes, stream, map_a, map_b,
                    p);

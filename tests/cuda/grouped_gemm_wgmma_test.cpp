@@ -27,11 +27,12 @@ struct Case {
   std::vector<int> counts;  // rows of each expert
 };
 
-// One schedule on the gathered rows: gate/up with SwiGLU, then down, against the CPU result `want`.
+// One schedule on the gathered rows: gate/up with SwiGLU, then down, against the CPU result `want`; the
+// work-unit queue `scheduler` is shared by every schedule of a case (each launch must leave it zeroed).
 void check_schedule(const Case& c, WgmmaSchedule schedule, const test::Device<uint16_t>& d_gathered,
                     const test::Device<uint16_t>& d_w13, const test::Device<uint16_t>& d_w2,
                     const test::Device<int32_t>& d_offsets, const test::Device<int32_t>& d_counts,
-                    const Tensor& want) {
+                    const test::Device<int32_t>& scheduler, const Tensor& want) {
   const int E = static_cast<int>(c.counts.size());
   const int64_t rows = std::accumulate(c.counts.begin(), c.counts.end(), int64_t{0}), H = c.H, I = c.I;
   // Junk in the outputs: a unit that the schedule skips leaves junk rows behind.
@@ -40,7 +41,6 @@ void check_schedule(const Case& c, WgmmaSchedule schedule, const test::Device<ui
   test::Device<int32_t> tile_expert(max_tiles), tile_row(max_tiles), n_tiles(1);
   build_tiles(d_offsets.get(), d_counts.get(), E, 128, tile_expert.get(), tile_row.get(), n_tiles.get(), max_tiles,
               nullptr);
-  test::Device<int32_t> scheduler(std::vector<int32_t>(wgmma_scheduler_ints(), 0));
   GroupedGemmArgs up{.a = reinterpret_cast<const bf16*>(d_gathered.get()), .gather = nullptr,
                      .b = reinterpret_cast<const bf16*>(d_w13.get()), .c = reinterpret_cast<bf16*>(d_act.get()),
                      .segment_offsets = d_offsets.get(), .segment_counts = d_counts.get(),
@@ -108,6 +108,7 @@ void check_case(const Case& c, test::TestRng& rng) {
   const auto hint_name = [](L2Hint h) { return h == L2Hint::normal ? "normal" : h == L2Hint::evict_last ? "last" : "first"; };
   // Every L2 hint on both operands among the schedules (the hints move no bytes, only their eviction order),
   // and both ways of walking the units, one after the other on the same work-unit queue.
+  const test::Device<int32_t> scheduler(std::vector<int32_t>(wgmma_scheduler_ints(), 0));
   for (const WgmmaSchedule schedule :
        {WgmmaSchedule{.half_tiles = true, .raster_rows = 8, .a_hint = L2Hint::evict_last, .b_hint = L2Hint::evict_first,
                       .claimed_units = true},
@@ -118,7 +119,7 @@ void check_case(const Case& c, test::TestRng& rng) {
     SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") + ", raster rows " +
                  std::to_string(schedule.raster_rows) + ", L2 hints " + hint_name(schedule.a_hint) + "/" +
                  hint_name(schedule.b_hint) + ", units " + (schedule.claimed_units ? "claimed" : "strided"));
-    check_schedule(c, schedule, d_gathered, d_w13, d_w2, d_offsets, d_counts, want);
+    check_schedule(c, schedule, d_gathered, d_w13, d_w2, d_offsets, d_counts, scheduler, want);
   }
 }
 
@@ -132,6 +133,8 @@ TEST(CudaWgmmaGroupedGemm, MatchesTheCpuExpertsOnUnevenExperts) {
   check_case({.H = 200, .I = 136, .counts = {0, 1, 300, 0, 129, 57, 128}}, rng);
   // 168 gate/up work units over at most 132 blocks; 8 and 24 k-blocks through 4 stages.
   check_case({.H = 512, .I = 1536, .counts = {600, 0, 1, 900}}, rng);
+  // One and two k-blocks a unit: up to four units in a block's mailbox ring at once (and half tiles).
+  check_case({.H = 64, .I = 128, .counts = {40, 300, 1, 64, 700, 20}}, rng);
 }
 
 TEST(CudaWgmmaGroupedGemm, SchedulesAgreeOnHalfTiles) {
