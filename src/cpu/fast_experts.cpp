@@ -50,13 +50,21 @@ std::vector<int64_t> balanced_bounds(const std::vector<double>& cost, int parts)
   return bounds;
 }
 
-// Token rows split into panels of at most `panel`, sizes as even as possible (32 tokens: 6,6,5,5,5,5).
+// Token rows split into panels of at most `panel`: the first as large as allowed, the rest as even as
+// possible (8 tokens: 6, 2; 32 tokens: 6, then 6,5,5,5,5). The first panel over a block of weights
+// streams it from DRAM and the later ones find it in cache, so the first should carry as many tokens as
+// the registers allow: its memory stall is then shared by more math (Mixtral T=32, 8 tokens an expert:
+// 6+2 instead of 4+4).
 template <class F>
 void for_each_panel(int64_t count, int panel, const F& f) {
-  const int64_t n_panels = (count + panel - 1) / panel;
-  int64_t begin = 0;
+  if (count <= 0) return;
+  const int first = static_cast<int>(std::min<int64_t>(count, panel));
+  f(0, first);
+  const int64_t rest = count - first;
+  const int64_t n_panels = (rest + panel - 1) / panel;
+  int64_t begin = first;
   for (int64_t p = 0; p < n_panels; ++p) {
-    const int64_t size = count / n_panels + (p < count % n_panels ? 1 : 0);
+    const int64_t size = rest / n_panels + (p < rest % n_panels ? 1 : 0);
     f(begin, static_cast<int>(size));
     begin += size;
   }

@@ -128,7 +128,7 @@ TEST(FastExperts, MatchReferenceOnOddShapes) {
   // than ~16 terms cancel too often for a relative bound; TinySizesRun covers those.)
   for (const Shape s : {Shape{1, 64, 32, 4, 2}, Shape{2, 72, 40, 3, 1}, Shape{13, 130, 70, 5, 2}, Shape{97, 72, 33, 7, 3},
                         Shape{31, 256, 96, 12, 4}, Shape{3, 48, 24, 3, 3},
-                        // 7-12 rows per expert take the wide (two-tile) AVX-512 kernels
+                        // 7-23 rows per expert: a full first panel, then shorter ones (for_each_panel)
                         Shape{9, 130, 40, 1, 1}, Shape{12, 64, 32, 1, 1}, Shape{23, 96, 48, 3, 1}})
     for (DType dtype : {DType::F32, DType::BF16, DType::F16})
       for (WeightFormat format : {WeightFormat::bf16, WeightFormat::int8}) {
