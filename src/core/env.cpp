@@ -18,4 +18,12 @@ std::optional<int64_t> env_integer(const char* name, int64_t min, int64_t max, s
   return value;
 }
 
+std::optional<bool> env_on_off(const char* name, std::string_view meaning) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  const std::string_view text(env);
+  MOE_CHECK(text == "on" || text == "off", "{}='{}': give on or off ({})", name, text, meaning);
+  return text == "on";
+}
+
 }  // namespace moe

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -512,12 +513,8 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
   // MOE_WGMMA_HALF_TILES (on/off), MOE_WGMMA_RASTER_ROWS (1..64), MOE_WGMMA_L2 (<A>,<B>: normal, last or
   // first) and MOE_WGMMA_CLAIM (on/off) override the policy, for measuring the choices against each other
   // in one device run (scripts/device/wgmma_schedules.sh).
-  static const int half = [] {
-    const char* v = std::getenv("MOE_WGMMA_HALF_TILES");
-    const std::string s = v == nullptr ? "" : v;
-    MOE_CUDA_REQUIRE(s.empty() || s == "on" || s == "off", "MOE_WGMMA_HALF_TILES must be on or off, not '" + s + "'");
-    return s.empty() ? -1 : s == "on" ? 1 : 0;
-  }();
+  static const std::optional<bool> half =
+      env_on_off("MOE_WGMMA_HALF_TILES", "whether a tile of <= 64 rows runs on one consumer warpgroup");
   static const int raster_rows = static_cast<int>(
       env_integer("MOE_WGMMA_RASTER_ROWS", 1, 64, "the row tiles of a raster group").value_or(0));
   static const std::pair<int, int> l2 = [] {  // -1: the policy's
@@ -534,14 +531,10 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
                      "MOE_WGMMA_L2 must be <A hint>,<B hint>, each normal, last or first, not '" + s + "'");
     return std::pair{hint(s.substr(0, comma)), hint(s.substr(comma + 1))};
   }();
-  static const int claim = [] {
-    const char* v = std::getenv("MOE_WGMMA_CLAIM");
-    const std::string s = v == nullptr ? "" : v;
-    MOE_CUDA_REQUIRE(s.empty() || s == "on" || s == "off", "MOE_WGMMA_CLAIM must be on or off, not '" + s + "'");
-    return s.empty() ? -1 : s == "on" ? 1 : 0;
-  }();
-  if (half >= 0) schedule.half_tiles = half == 1;
-  if (claim >= 0) schedule.claimed_units = claim == 1;
+  static const std::optional<bool> claim =
+      env_on_off("MOE_WGMMA_CLAIM", "whether blocks claim work units from a queue or walk a fixed stride");
+  schedule.half_tiles = half.value_or(schedule.half_tiles);
+  schedule.claimed_units = claim.value_or(schedule.claimed_units);
   if (l2.first >= 0) {
     schedule.a_hint = static_cast<WgmmaSchedule::L2Hint>(l2.first);
     schedule.b_hint = static_cast<WgmmaSchedule::L2Hint>(l2.second);

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "moe/core/check.h"
 
@@ -54,6 +55,27 @@ TEST(EnvInteger, AnythingElseIsAnErrorNamingTheVariable) {
       EXPECT_NE(what.find("the test's count"), std::string::npos) << what;
     }
   }
+}
+
+TEST(EnvOnOff, OnOffOrNotGiven) {
+  ::unsetenv(kVar);
+  EXPECT_EQ(env_on_off(kVar, "the test's switch"), std::nullopt);
+  for (const auto& [value, want] : {std::pair{"on", true}, std::pair{"off", false}}) {
+    ::setenv(kVar, value, 1);
+    EXPECT_EQ(env_on_off(kVar, "the test's switch"), want) << value;
+  }
+  for (const char* value : {"1", "ON", "yes", "on "}) {
+    ::setenv(kVar, value, 1);
+    try {
+      env_on_off(kVar, "the test's switch");
+      ADD_FAILURE() << "expected moe::Error for " << value;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(kVar), std::string::npos) << what;
+      EXPECT_NE(what.find("on or off"), std::string::npos) << what;
+    }
+  }
+  ::unsetenv(kVar);
 }
 
 }  // namespace
