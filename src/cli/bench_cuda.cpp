@@ -10,6 +10,7 @@
 #include "bench.h"
 #include "layer_cuda.h"
 #include "moe/core/float_convert.h"
+#include "moe/cuda/captured_graph.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/device_buffer.h"
 #include "moe/cuda/moe_layer.h"
@@ -105,7 +106,7 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
 
   std::vector<BenchRow> rows;
   for (int64_t T : tokens) {
-    std::vector<cudaGraphExec_t> graphs(kInputs);
+    std::vector<cuda::CapturedGraph> graphs;
     double touched = 0;
     for (int i = 0; i < kInputs; ++i) {
       auto forward = [&] {
@@ -116,17 +117,10 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
       const cuda::DeviceLoadCounts counts = layer.read_counts(stream);
       touched += std::count_if(counts.tokens_per_expert.begin(), counts.tokens_per_expert.end(),
                                [](int64_t c) { return c > 0; });
-      cudaGraph_t graph;
-      MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      forward();
-      MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      MOE_CUDA_CHECK(cudaGraphInstantiate(&graphs[i], graph, 0));
-      cudaGraphDestroy(graph);
+      graphs.emplace_back(stream, forward, cudaStreamCaptureModeThreadLocal);
     }
-    for (int i = 0; i < 2 * kInputs; ++i) MOE_CUDA_CHECK(cudaGraphLaunch(graphs[i % kInputs], stream));
-    const auto [median, best] =
-        time_us(repeats, stream, [&](int r) { MOE_CUDA_CHECK(cudaGraphLaunch(graphs[r % kInputs], stream)); });
-    for (auto g : graphs) cudaGraphExecDestroy(g);
+    for (int i = 0; i < 2 * kInputs; ++i) graphs[i % kInputs].launch(stream);
+    const auto [median, best] = time_us(repeats, stream, [&](int r) { graphs[r % kInputs].launch(stream); });
 
     BenchRow row;
     row.shape = shape;

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "graph_replay.h"
+#include "moe/cuda/captured_graph.h"
 #include "moe/cuda/moe_layer.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
@@ -114,50 +116,10 @@ TEST(CudaDecode, GraphReplayOnNewInputs) {
   const DecodeLimit limit(4);
   const MoeConfig config = parse_moe_config(test::cuda_case_config("deepseek_v3", 1024, 256, 64, 6));
   const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
-  const int64_t H = 1024, k = 6;
   for (int64_t T : {1, 3}) {
     SCOPED_TRACE("T " + std::to_string(T));
-    ASSERT_GE(decode_token_limit(config.router, H, config.router.n_experts), T);
-    CudaMoeLayer gpu(config, weights, {.max_tokens = T});
-    test::Device<uint16_t> d_x(T * H);
-    test::Device<float> d_out(T * H), d_weights(T * k);
-    test::Device<int32_t> d_ids(T * k);
-    cudaStream_t stream;
-    MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    auto forward = [&] {
-      gpu.forward(reinterpret_cast<const bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
-    };
-    {
-      const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
-      MOE_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice));
-    }
-    forward();  // warm-up outside the capture (kernel attributes)
-    MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    forward();
-    MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    MoeLayer cpu_layer(config, weights);
-    for (int replay = 0; replay < 4; ++replay) {
-      const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
-      MOE_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice));
-      MOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, T * H * sizeof(float)));  // NaN junk
-      for (int again = 0; again < 3; ++again) MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      const auto graph_out = d_out.host();
-      forward();  // eager, on the same input
-      MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      EXPECT_EQ(graph_out, d_out.host()) << "replay " << replay << ": the path must be deterministic";
-      const LayerOutput want = cpu_layer.forward(x.to_f32());
-      EXPECT_EQ(d_ids.host(), std::vector<int32_t>(want.topk.ids.data_as<int32_t>(),
-                                                    want.topk.ids.data_as<int32_t>() + T * k));
-      EXPECT_LE(test::max_relative_error(graph_out, want.hidden_states), 1e-2) << "replay " << replay;
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+    ASSERT_GE(decode_token_limit(config.router, config.hidden_size, config.router.n_experts), T);
+    test::expect_graph_replays_match(config, weights, T, rng, /*check_ids=*/true);
   }
 }
 
@@ -220,26 +182,21 @@ TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
     cudaStream_t stream;
     MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (int64_t T : {1, 2, 4, 8}) {
-      std::vector<cudaGraphExec_t> graphs(8);
+      std::vector<CapturedGraph> graphs;
       for (int i = 0; i < 8; ++i) {
         auto forward = [&] {
           gpu.forward(reinterpret_cast<const bf16*>(inputs[i]->get()), T, d_out.get(), d_ids.get(), d_weights.get(),
                       stream);
         };
         forward();
-        cudaGraph_t graph;
-        MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        forward();
-        MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        MOE_CUDA_CHECK(cudaGraphInstantiate(&graphs[i], graph, 0));
-        cudaGraphDestroy(graph);
+        graphs.emplace_back(stream, forward, cudaStreamCaptureModeThreadLocal);
       }
       std::vector<cudaEvent_t> events(61);
       for (auto& e : events) MOE_CUDA_CHECK(cudaEventCreate(&e));
-      for (int r = 0; r < 16; ++r) MOE_CUDA_CHECK(cudaGraphLaunch(graphs[r % 8], stream));
+      for (int r = 0; r < 16; ++r) graphs[r % 8].launch(stream);
       for (int r = 0; r < 60; ++r) {
         MOE_CUDA_CHECK(cudaEventRecord(events[r], stream));
-        MOE_CUDA_CHECK(cudaGraphLaunch(graphs[r % 8], stream));
+        graphs[r % 8].launch(stream);
       }
       MOE_CUDA_CHECK(cudaEventRecord(events[60], stream));
       MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -251,21 +208,18 @@ TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
       std::sort(us.begin(), us.end());
       // The same forwards chained in one graph, as the layers of a model's decode step run: 8 forwards on
       // the 8 inputs per replay, so the launch of a graph is paid once per 8 layers.
-      cudaGraphExec_t chain;
-      {
-        cudaGraph_t graph;
-        MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < 8; ++i)
-          gpu.forward(reinterpret_cast<const bf16*>(inputs[i]->get()), T, d_out.get(), d_ids.get(), d_weights.get(),
-                      stream);
-        MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        MOE_CUDA_CHECK(cudaGraphInstantiate(&chain, graph, 0));
-        cudaGraphDestroy(graph);
-      }
-      for (int r = 0; r < 3; ++r) MOE_CUDA_CHECK(cudaGraphLaunch(chain, stream));
+      const CapturedGraph chain(
+          stream,
+          [&] {
+            for (int i = 0; i < 8; ++i)
+              gpu.forward(reinterpret_cast<const bf16*>(inputs[i]->get()), T, d_out.get(), d_ids.get(),
+                          d_weights.get(), stream);
+          },
+          cudaStreamCaptureModeThreadLocal);
+      for (int r = 0; r < 3; ++r) chain.launch(stream);
       for (int r = 0; r < 20; ++r) {
         MOE_CUDA_CHECK(cudaEventRecord(events[r], stream));
-        MOE_CUDA_CHECK(cudaGraphLaunch(chain, stream));
+        chain.launch(stream);
       }
       MOE_CUDA_CHECK(cudaEventRecord(events[20], stream));
       MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -275,9 +229,7 @@ TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
         chained[r] *= 1e3f / 8;
       }
       std::sort(chained.begin(), chained.end());
-      cudaGraphExecDestroy(chain);
       for (auto& e : events) cudaEventDestroy(e);
-      for (auto g : graphs) cudaGraphExecDestroy(g);
       // One traced launch right after a launch on another input (its experts cold in L2, as in the replays).
       gpu.forward(reinterpret_cast<const bf16*>(inputs[2]->get()), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
       decode_trace(true);

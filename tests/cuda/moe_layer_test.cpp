@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cuda_test_util.h"
+#include "graph_replay.h"
 #include "moe/core/float_convert.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
@@ -120,7 +121,7 @@ TEST(CudaMoeLayer, PaddedParadigmBothPolicies) {
 }
 
 // T = 33: the fused router and the mma.sync GEMMs; T = 700: RouterGemm (cuBLAS) and the wgmma GEMMs with
-// their work-unit queue, which each replay must find zeroed again.
+// their work-unit queue, which each launch must leave zeroed for the next.
 TEST(CudaMoeLayer, GraphReplayOnNewInputs) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
@@ -128,42 +129,7 @@ TEST(CudaMoeLayer, GraphReplayOnNewInputs) {
   const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
   for (const int64_t T : {33, 700}) {
     SCOPED_TRACE("T " + std::to_string(T));
-    const int64_t H = 256, k = 6;
-    CudaMoeLayer gpu(config, weights, {.max_tokens = T});
-    test::Device<uint16_t> d_x(T * H);
-    test::Device<float> d_out(T * H), d_weights(T * k);
-    test::Device<int32_t> d_ids(T * k);
-    cudaStream_t stream;
-    MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    auto forward = [&] {
-      gpu.forward(reinterpret_cast<const bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
-    };
-    forward();  // warm-up outside the capture (kernel attributes, cuBLAS heuristics)
-    MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    forward();
-    MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int replay = 0; replay < 3; ++replay) {
-      const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
-      MOE_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.nbytes(), cudaMemcpyHostToDevice));
-      MOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, T * H * sizeof(float)));  // NaN junk
-      MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      const auto graph_out = d_out.host();
-      forward();  // eager, on the same input
-      MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      const auto eager_out = d_out.host();
-      EXPECT_EQ(graph_out, eager_out) << "replay " << replay;
-      MoeLayer cpu_layer(config, weights);
-      const LayerOutput want = cpu_layer.forward(x.to_f32());
-      EXPECT_LE(test::max_relative_error(graph_out, want.hidden_states), 1e-2) << "replay " << replay;
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+    test::expect_graph_replays_match(config, weights, T, rng, /*check_ids=*/false);
   }
 }
 
