@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "moe/core/check.h"
 #include "moe/core/env.h"
 
 #if defined(__x86_64__) || defined(__i386__)
