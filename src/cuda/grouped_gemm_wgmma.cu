@@ -65,7 +65,11 @@ static_assert(kStages * (8 + 8) <= 256, "barriers overflow their shared memory")
 // wait for the stage that the consumers freed after reading it.
 constexpr int kMaxBlocks = 1024;
 constexpr int kMailboxOffset = 4;  // ints; keeps the mailboxes 16-byte aligned
-constexpr int64_t kSchedulerInts = kMailboxOffset + int64_t{kMaxBlocks} * kStages * 4;
+// Pairs of blocks (see PAIRS below) pass the units that the first claims to the second through a ring of
+// kTicketSlots tickets (int64, unit + 1; 0 = empty, the second zeroes what it took) per pair, after them.
+constexpr int kTicketSlots = 8;
+constexpr int64_t kTicketOffset = kMailboxOffset + int64_t{kMaxBlocks} * kStages * 4;
+constexpr int64_t kSchedulerInts = kTicketOffset + int64_t{kMaxBlocks / 2} * kTicketSlots * 2;
 
 struct WgmmaParams {
   const int32_t* segment_offsets;
@@ -82,13 +86,15 @@ struct WgmmaParams {
   int32_t raster_rows;  // WgmmaSchedule::raster_rows
   bool half_tiles;      // WgmmaSchedule::half_tiles
   WgmmaSchedule::L2Hint a_hint, b_hint;
-  bool claimed_units;   // WgmmaSchedule::claimed_units
+  bool claimed_units;   // WgmmaSchedule::claimed_units (pairs: the first block of each pair claims)
   int32_t* scheduler;   // GroupedGemmArgs::scheduler: the next unclaimed unit, the blocks done, the mailboxes
 };
 
 // A work unit: rows [row0, row0 + rows) of A (rows <= 128, all in one segment) times column tile col.
+// shared_b (pairs): the peer CTA's unit has the same weight tile (pair_unit_of).
 struct Unit {
   int32_t row0, rows, col, expert;
+  bool shared_b;
 };
 
 #ifdef MOE_WGMMA_DEVICE
@@ -144,6 +150,38 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// The same load into this CTA and its cluster peers in cta_mask, at the same shared-memory offsets; each
+// destination's mbarrier at `bar`'s offset receives the bytes that land there.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int32_t col, int32_t row,
+                                                      uint32_t bar, uint16_t cta_mask, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar), "h"(cta_mask), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// Every thread of the cluster: its shared memory and barriers are ready (release/acquire at cluster scope).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// The address of the same shared-memory location in cluster CTA `rank`.
+__device__ __forceinline__ uint32_t peer_smem_addr(uint32_t addr, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+  return remote;
+}
+// NOTE: release at CTA scope, as a local arrival: what it orders is this warp's wgmma reads of its own stage
+// (retired by wgmma.wait_group) before the peer's multicast overwrites it; a cluster-scope release would
+// also wait for the warp's earlier global stores, in the middle of the k-loop.
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
+}
 // Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle that TMA wrote: rows of 128
 // bytes, 8-row groups 1024 bytes apart (stride byte offset); the leading byte offset is unused for this
 // layout. The tile base must be 1024-byte aligned (base offset 0); a k16 slice starts 32 bytes further.
@@ -195,25 +233,49 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-// Work unit w -> (row tile, column tile): groups of raster_rows consecutive row tiles, column tile slowest
-// inside a group, so that the blocks running at one time share a few row tiles and the weight tiles of few
-// experts. Then the unit's rows from the tile map.
-__device__ __forceinline__ Unit decode_unit(const WgmmaParams& p, int64_t w, int n_tiles) {
+// Work unit w -> (row index, column tile) over n_rows row indices (row tiles, or pairs of them): groups of
+// raster_rows consecutive rows, column tile slowest inside a group, so that the blocks running at one time
+// share a few row tiles and the weight tiles of few experts.
+__device__ __forceinline__ int2 raster(const WgmmaParams& p, int64_t w, int n_rows) {
   const int64_t span = int64_t{p.raster_rows} * p.n_col_tiles;
   const int group = static_cast<int>(w / span), within = static_cast<int>(w % span);
-  const int group_rows = min(p.raster_rows, n_tiles - group * p.raster_rows);
-  const int tile = group * p.raster_rows + within % group_rows;
+  const int group_rows = min(p.raster_rows, n_rows - group * p.raster_rows);
+  return make_int2(group * p.raster_rows + within % group_rows, within / group_rows);
+}
+
+// Row tile `tile` of the tile map times column tile `col`.
+__device__ __forceinline__ Unit unit_of(const WgmmaParams& p, int tile, int col) {
   Unit u;
   u.expert = p.tile_expert[tile];
   u.row0 = p.tile_row[tile];
   u.rows = max(0, min(kBM, p.segment_offsets[u.expert] + p.segment_counts[u.expert] - u.row0));
-  u.col = within / group_rows;
+  u.col = col;
+  u.shared_b = false;
+  return u;
+}
+
+// Pairs: unit w is (pair of row tiles 2i and 2i + 1, column tile); cluster CTA `rank` takes tile 2i + rank.
+// A lone last tile goes to both CTAs, with no rows to store for the second. shared_b: both tiles belong to
+// one expert, so the two CTAs need the same weight tile and each loads half of it for both (shared_b).
+__device__ __forceinline__ Unit pair_unit_of(const WgmmaParams& p, int64_t w, int n_tiles, uint32_t rank) {
+  const int2 rc = raster(p, w, (n_tiles + 1) / 2);
+  const int first = 2 * rc.x;
+  const bool lone = first + 1 >= n_tiles;
+  Unit u = unit_of(p, lone ? first : first + static_cast<int>(rank), rc.y);
+  if (lone && rank == 1) u.rows = 0;
+  u.shared_b = !lone && p.tile_expert[first] == p.tile_expert[first + 1];
   return u;
 }
 
 #endif  // MOE_WGMMA_DEVICE
 
-template <bool SWIGLU>
+// PAIRS: clusters of 2 CTAs on the two row tiles of a pair (see pair_unit_of). Where both tiles are one
+// expert's, each CTA's producer loads its own A tile and one half of the shared weight tile, multicast into
+// both CTAs: the two read a weight tile from L2 once instead of twice, and each stage moves 32 KB from L2
+// per CTA instead of 48 (the kernel is bound by that traffic: ~5.5 TB/s of L2 -> SM at 128 x 256 tiles).
+// So that a stage is rewritten only when both CTAs are done with it, each CTA's empty barriers count the
+// consumer warps of both, and both CTAs walk the same units (the first claims, the second takes its tickets).
+template <bool SWIGLU, bool PAIRS>
 static __global__ void __launch_bounds__(kThreads, 1)
     wgmma_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                               const WgmmaParams p) {
@@ -228,153 +290,202 @@ static __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full_bar + 8 * s, 1);      // the producer's expect_tx arrival (+ the copy's bytes)
-      mbar_init(empty_bar + 8 * s, 8);     // one arrival per consumer warp
+      mbar_init(full_bar + 8 * s, 1);                 // the producer's expect_tx arrival (+ the copies' bytes)
+      mbar_init(empty_bar + 8 * s, PAIRS ? 16 : 8);   // one arrival per consumer warp (of both CTAs)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
   }
-  __syncthreads();
+  if constexpr (PAIRS) {
+    cluster_sync();  // the peer's barriers exist before anything arrives on them or copies into its stages
+  } else {
+    __syncthreads();
+  }
   wait_for_prior_grids();  // the tile map and the A rows come from the kernels before
   constexpr int OUT_COLS = SWIGLU ? kBN / 2 : kBN;
 
   if (warpgroup == 0) {
     // NOTE: setmaxnreg moves registers from the producer (which needs few) to the consumers (128
-    // accumulators each); it is warpgroup-wide, so the whole warpgroup runs it before all but one thread leave.
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x != 0) return;
-    const int n_tiles = min(*p.n_tiles, p.max_tiles);
-    const int64_t total = int64_t{n_tiles} * p.n_col_tiles;
-    const uint64_t a_policy = l2_policy(p.a_hint), b_policy = l2_policy(p.b_hint);
-    int32_t* const next_unit = p.scheduler;
-    int32_t* const blocks_done = p.scheduler + 1;
-    int4* const mailbox = reinterpret_cast<int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kStages;
-    const auto claim = [&](int64_t previous) -> int64_t {
-      if (p.claimed_units) return atomicAdd(next_unit, 1);
-      return previous < 0 ? blockIdx.x : previous + gridDim.x;
-    };
-    int stage = 0, slot = 0;
-    uint32_t phase = 0;
-    int64_t w = claim(-1);
-    Unit next{};
-    if (w < total) next = decode_unit(p, w, n_tiles);
-    while (w < total) {
-      const Unit u = next;
-      const int64_t n0 = int64_t{u.col} * OUT_COLS;
-      const int64_t b0 = int64_t{u.expert} * p.b_rows + n0;
-      // SwiGLU: gate rows n0.. and up rows I + n0.. of the expert; plain: 256 consecutive weight rows.
-      const int32_t b_row0 = static_cast<int32_t>(b0);
-      const int32_t b_row1 = static_cast<int32_t>(SWIGLU ? b0 + p.n : b0 + kBBoxRows);
-      for (int kb = 0; kb < p.k_blocks; ++kb) {
-        mbar_wait(empty_bar + 8 * stage, phase ^ 1);
-        const uint32_t full = full_bar + 8 * stage;
-        if (kb == 0) {  // before the arrival that releases it to the consumers
-          mailbox[slot] = make_int4(u.row0, u.rows, u.col, u.expert);
-          slot = slot + 1 == kStages ? 0 : slot + 1;
+    // accumulators each); it is warpgroup-wide, so the whole warpgroup runs it before all but one thread idle.
+    // 56 + 2 x 224 keeps the 168 a thread of the launch; at 40 the pairs' producer spilled (ptxas -v).
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+    if (threadIdx.x == 0) {
+      const uint32_t rank = PAIRS ? cluster_rank() : 0;
+      const int n_tiles = min(*p.n_tiles, p.max_tiles);
+      const int64_t total = int64_t{PAIRS ? (n_tiles + 1) / 2 : n_tiles} * p.n_col_tiles;
+      const uint64_t a_policy = l2_policy(p.a_hint), b_policy = l2_policy(p.b_hint);
+      int32_t* const next_unit = p.scheduler;
+      int32_t* const blocks_done = p.scheduler + 1;
+      int4* const mailbox = reinterpret_cast<int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kStages;
+      unsigned long long* const tickets =
+          reinterpret_cast<unsigned long long*>(p.scheduler + kTicketOffset) + (blockIdx.x / 2) * kTicketSlots;
+      const int claimers = PAIRS ? gridDim.x / 2 : gridDim.x, claimer = PAIRS ? blockIdx.x / 2 : blockIdx.x;
+      int ticket = 0;
+      const auto claim = [&](int64_t previous) -> int64_t {
+        if (PAIRS && rank == 1) {  // the unit the first CTA of the pair claimed
+          unsigned long long taken = 0;
+          do {
+            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(taken) : "l"(tickets + ticket) : "memory");
+          } while (taken == 0);
+          tickets[ticket] = 0;
+          ticket = ticket + 1 == kTicketSlots ? 0 : ticket + 1;
+          return static_cast<int64_t>(taken) - 1;
         }
-        mbar_expect_tx(full, kStageBytes);
-        const uint32_t sa = tiles_base + stage * kStageBytes, sb = sa + kATileBytes;
-        tma_load_2d(sa, &map_a, kb * kBK, u.row0, full, a_policy);
-        tma_load_2d(sb, &map_b, kb * kBK, b_row0, full, b_policy);
-        tma_load_2d(sb + kBBoxRows * kBK * 2, &map_b, kb * kBK, b_row1, full, b_policy);
-        if (++stage == kStages) stage = 0, phase ^= 1;
-        // The next unit's claim and decode (an atomic and a few dependent loads of the tile map) while the
-        // stages ahead are full.
-        if (kb == 0) {
-          w = claim(w);
-          if (w < total) next = decode_unit(p, w, n_tiles);
+        const int64_t w = p.claimed_units ? atomicAdd(next_unit, 1) : previous < 0 ? claimer : previous + claimers;
+        if (PAIRS) {
+          // NOTE: the slot was last used kTicketSlots units ago; the second CTA took it before it issued that
+          // unit's first stage, which its consumers freed before this CTA's producer got this far.
+          asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(tickets + ticket),
+                       "l"(static_cast<unsigned long long>(w + 1))
+                       : "memory");
+          ticket = ticket + 1 == kTicketSlots ? 0 : ticket + 1;
+        }
+        return w;
+      };
+      const auto decode = [&](int64_t w) {
+        if constexpr (PAIRS) return pair_unit_of(p, w, n_tiles, rank);
+        const int2 rc = raster(p, w, n_tiles);
+        return unit_of(p, rc.x, rc.y);
+      };
+      int stage = 0, slot = 0;
+      uint32_t phase = 0;
+      int64_t w = claim(-1);
+      Unit next{};
+      if (w < total) next = decode(w);
+      while (w < total) {
+        const Unit u = next;
+        const int64_t n0 = int64_t{u.col} * OUT_COLS;
+        const int64_t b0 = int64_t{u.expert} * p.b_rows + n0;
+        // SwiGLU: gate rows n0.. and up rows I + n0.. of the expert; plain: 256 consecutive weight rows.
+        const int32_t b_row0 = static_cast<int32_t>(b0);
+        const int32_t b_row1 = static_cast<int32_t>(SWIGLU ? b0 + p.n : b0 + kBBoxRows);
+        for (int kb = 0; kb < p.k_blocks; ++kb) {
+          mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+          const uint32_t full = full_bar + 8 * stage;
+          if (kb == 0) {  // before the arrival that releases it to the consumers
+            mailbox[slot] = make_int4(u.row0, u.rows, u.col, u.expert);
+            slot = slot + 1 == kStages ? 0 : slot + 1;
+          }
+          mbar_expect_tx(full, kStageBytes);
+          const uint32_t sa = tiles_base + stage * kStageBytes, sb = sa + kATileBytes;
+          constexpr uint32_t kBoxBytes = kBBoxRows * kBK * 2;
+          tma_load_2d(sa, &map_a, kb * kBK, u.row0, full, a_policy);
+          if (PAIRS && u.shared_b) {  // this CTA's half of the weight tile, into both CTAs
+            tma_load_2d_multicast(sb + rank * kBoxBytes, &map_b, kb * kBK, rank == 0 ? b_row0 : b_row1, full, 0x3,
+                                  b_policy);
+          } else {
+            tma_load_2d(sb, &map_b, kb * kBK, b_row0, full, b_policy);
+            tma_load_2d(sb + kBoxBytes, &map_b, kb * kBK, b_row1, full, b_policy);
+          }
+          if (++stage == kStages) stage = 0, phase ^= 1;
+          // The next unit's claim and decode (an atomic and a few dependent loads of the tile map) while
+          // the stages ahead are full.
+          if (kb == 0) {
+            w = claim(w);
+            if (w < total) next = decode(w);
+          }
         }
       }
-    }
-    // A unit of no expert: the consumers stop.
-    mbar_wait(empty_bar + 8 * stage, phase ^ 1);
-    mailbox[slot] = make_int4(0, 0, 0, -1);
-    mbar_arrive(full_bar + 8 * stage);
-    if (p.claimed_units) {
-      // The last block to finish claiming leaves the queue zeroed for the next launch (which waits for this
-      // grid to complete before it claims).
-      __threadfence();
-      if (atomicAdd(blocks_done, 1) == static_cast<int>(gridDim.x) - 1) {
+      // A unit of no expert: the consumers stop.
+      mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+      mailbox[slot] = make_int4(0, 0, 0, -1);
+      mbar_arrive(full_bar + 8 * stage);
+      if (p.claimed_units && rank == 0) {
+        // The last claimer to finish leaves the queue zeroed for the next launch (which waits for this
+        // grid to complete before it claims).
         __threadfence();
-        *next_unit = 0;
-        *blocks_done = 0;
+        if (atomicAdd(blocks_done, 1) == claimers - 1) {
+          __threadfence();
+          *next_unit = 0;
+          *blocks_done = 0;
+        }
       }
     }
-    return;
-  }
-
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-  const int consumer = warpgroup - 1;            // rows 64 * consumer .. + 63 of the tile
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  int stage = 0;
-  uint32_t phase = 0;
-  float acc[128];
-  const int4* const mailbox = reinterpret_cast<const int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kStages;
-  for (int slot = 0;; slot = slot + 1 == kStages ? 0 : slot + 1) {
-    mbar_wait(full_bar + 8 * stage, phase);
-    const int4 posted = __ldcg(mailbox + slot);
-    if (posted.w < 0) break;  // the end (a real unit's expert is >= 0)
-    const Unit u{.row0 = posted.x, .rows = posted.y, .col = posted.z, .expert = posted.w};
-    if (p.half_tiles && consumer * 64 >= u.rows) {
-      // All of this warpgroup's rows are masked: free each stage as it lands (after it landed, so that the
-      // arrival counts towards this round of the empty barrier) and let the other warpgroup run alone.
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+    const int consumer = warpgroup - 1;            // rows 64 * consumer .. + 63 of the tile
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    // This warp is done with the stage: free it in this CTA (and in the peer, whose producer multicasts into
+    // it: lane 1 arrives there in the same instruction as lane 0 here).
+    const auto release = [&](int s) {
+      if constexpr (PAIRS) {
+        if (lane < 2) mbar_arrive_remote(peer_smem_addr(empty_bar + 8 * s, cluster_rank() ^ lane));
+      } else {
+        if (lane == 0) mbar_arrive(empty_bar + 8 * s);
+      }
+    };
+    int stage = 0;
+    uint32_t phase = 0;
+    float acc[128];
+    const int4* const mailbox = reinterpret_cast<const int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kStages;
+    for (int slot = 0;; slot = slot + 1 == kStages ? 0 : slot + 1) {
+      mbar_wait(full_bar + 8 * stage, phase);
+      const int4 posted = __ldcg(mailbox + slot);
+      if (posted.w < 0) break;  // the end (a real unit's expert is >= 0)
+      const Unit u{.row0 = posted.x, .rows = posted.y, .col = posted.z, .expert = posted.w, .shared_b = false};
+      if ((p.half_tiles || u.rows == 0) && consumer * 64 >= u.rows) {
+        // All of this warpgroup's rows are masked (half tiles; or a pair's lone tile): free each stage as it
+        // lands (after it landed, so that the arrival counts towards this round of the empty barrier).
+        for (int kb = 0; kb < p.k_blocks; ++kb) {
+          mbar_wait(full_bar + 8 * stage, phase);
+          __syncwarp();  // every lane has read the mailbox before the stage (and so its slot) is freed
+          release(stage);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+        continue;
+      }
+      int prev_stage = 0;
       for (int kb = 0; kb < p.k_blocks; ++kb) {
         mbar_wait(full_bar + 8 * stage, phase);
-        __syncwarp();  // every lane has read the mailbox before lane 0 frees the stage (and so its slot)
-        if (lane == 0) mbar_arrive(empty_bar + 8 * stage);
+        const uint32_t sa = tiles_base + stage * kStageBytes + consumer * (64 * kBK * 2), sb = tiles_base + stage * kStageBytes + kATileBytes;
+        wgmma_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < kBK / 16; ++k16)
+          wgmma_m64n256k16(acc, smem_desc(sa + k16 * 32), smem_desc(sb + k16 * 32), kb > 0 || k16 > 0);
+        wgmma_commit();
+        // Keep this k-block's wgmmas in flight; the previous block's have retired, so free its stage.
+        if (kb > 0) {
+          wgmma_wait<1>();
+          release(prev_stage);
+        }
+        prev_stage = stage;
         if (++stage == kStages) stage = 0, phase ^= 1;
       }
-      continue;
-    }
-    int prev_stage = 0;
-    for (int kb = 0; kb < p.k_blocks; ++kb) {
-      mbar_wait(full_bar + 8 * stage, phase);
-      const uint32_t sa = tiles_base + stage * kStageBytes + consumer * (64 * kBK * 2), sb = tiles_base + stage * kStageBytes + kATileBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int k16 = 0; k16 < kBK / 16; ++k16)
-        wgmma_m64n256k16(acc, smem_desc(sa + k16 * 32), smem_desc(sb + k16 * 32), kb > 0 || k16 > 0);
-      wgmma_commit();
-      // Keep this k-block's wgmmas in flight; the previous block's have retired, so free its stage.
-      if (kb > 0) {
-        wgmma_wait<1>();
-        if (lane == 0) mbar_arrive(empty_bar + 8 * prev_stage);
-      }
-      prev_stage = stage;
-      if (++stage == kStages) stage = 0, phase ^= 1;
-    }
-    wgmma_wait<0>();
-    if (lane == 0) mbar_arrive(empty_bar + 8 * prev_stage);
+      wgmma_wait<0>();
+      release(prev_stage);
 
-    // Epilogue. Accumulator j*4 + q of this thread: row 16 * warp + lane / 4 + 8 * (q / 2), column
-    // 8 * j + 2 * (lane % 4) + q % 2 of the warpgroup's 64 x 256 block.
-    const int64_t n0 = int64_t{u.col} * OUT_COLS;
-    constexpr int OUT_J = OUT_COLS / 8;
+      // Epilogue. Accumulator j*4 + q of this thread: row 16 * warp + lane / 4 + 8 * (q / 2), column
+      // 8 * j + 2 * (lane % 4) + q % 2 of the warpgroup's 64 x 256 block.
+      const int64_t n0 = int64_t{u.col} * OUT_COLS;
+      constexpr int OUT_J = OUT_COLS / 8;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int tile_r = consumer * 64 + warp * 16 + lane / 4 + half * 8;
-      if (tile_r >= u.rows) continue;
-      const int64_t row = int64_t{u.row0} + tile_r;
-      bf16* out_row = p.c + row * p.n;
+      for (int half = 0; half < 2; ++half) {
+        const int tile_r = consumer * 64 + warp * 16 + lane / 4 + half * 8;
+        if (tile_r >= u.rows) continue;
+        const int64_t row = int64_t{u.row0} + tile_r;
+        bf16* out_row = p.c + row * p.n;
 #pragma unroll
-      for (int j = 0; j < OUT_J; ++j) {
-        const int64_t column = n0 + j * 8 + (lane % 4) * 2;
-        float v0 = acc[j * 4 + half * 2], v1 = acc[j * 4 + half * 2 + 1];
-        if constexpr (SWIGLU) {
-          const float u0 = acc[(j + OUT_J) * 4 + half * 2], u1 = acc[(j + OUT_J) * 4 + half * 2 + 1];
-          v0 = v0 / (1.0f + __expf(-v0)) * u0;
-          v1 = v1 / (1.0f + __expf(-v1)) * u1;
-        }
-        if (column + 1 < p.n) {
-          *reinterpret_cast<__nv_bfloat162*>(out_row + column) = __floats2bfloat162_rn(v0, v1);
-        } else if (column < p.n) {
-          out_row[column] = __float2bfloat16_rn(v0);
+        for (int j = 0; j < OUT_J; ++j) {
+          const int64_t column = n0 + j * 8 + (lane % 4) * 2;
+          float v0 = acc[j * 4 + half * 2], v1 = acc[j * 4 + half * 2 + 1];
+          if constexpr (SWIGLU) {
+            const float u0 = acc[(j + OUT_J) * 4 + half * 2], u1 = acc[(j + OUT_J) * 4 + half * 2 + 1];
+            v0 = v0 / (1.0f + __expf(-v0)) * u0;
+            v1 = v1 / (1.0f + __expf(-v1)) * u1;
+          }
+          if (column + 1 < p.n) {
+            *reinterpret_cast<__nv_bfloat162*>(out_row + column) = __floats2bfloat162_rn(v0, v1);
+          } else if (column < p.n) {
+            out_row[column] = __float2bfloat16_rn(v0);
+          }
         }
       }
     }
+    allow_dependent_launch();
   }
-  allow_dependent_launch();
+  // No CTA of a pair exits while its peer may still arrive on its barriers.
+  if constexpr (PAIRS) cluster_sync();
 #else
   __trap();
 #endif
@@ -422,6 +533,43 @@ int sm_count() {
   return sms;
 }
 
+// One kernel instance: its shared-memory limit raised once per device, a grid of at most one block per SM
+// (PAIRS: the clusters of 2 that fit at once, as the persistent blocks never make room for more).
+template <bool SWIGLU, bool PAIRS>
+void launch_instance(const CUtensorMap& map_a, const CUtensorMap& map_b, const WgmmaParams& p, int64_t max_tiles,
+                     cudaStream_t stream) {
+  constexpr auto kernel = wgmma_grouped_gemm_kernel<SWIGLU, PAIRS>;
+  static std::atomic<uint64_t> configured_devices{0};
+  static std::atomic<int> clusters_by_device[64]{};
+  int device = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device % 64);
+  if (!(configured_devices.load() & bit)) {
+    MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
+    if (PAIRS) {
+      const int clusters = max_active_clusters(kernel, static_cast<unsigned>(sm_count() / 2 * 2), dim3(kThreads),
+                                               kSmemBytes, 2);
+      MOE_CUDA_REQUIRE(clusters >= 1, "wgmma grouped GEMM: no cluster of 2 blocks fits on this GPU");
+      clusters_by_device[device % 64].store(clusters);
+    }
+    configured_devices.fetch_or(bit);
+  }
+  // Upper bounds on the units: the device knows the real counts.
+  // NOTE: the claim counter is int32 and every block claims once past the end.
+  MOE_CUDA_REQUIRE(max_tiles * p.n_col_tiles + kMaxBlocks < (int64_t{1} << 31), "wgmma grouped GEMM: too many work units");
+  if constexpr (PAIRS) {
+    const int64_t units = (max_tiles + 1) / 2 * p.n_col_tiles;
+    const int64_t clusters = std::min<int64_t>({int64_t{clusters_by_device[device % 64].load()}, units,
+                                                int64_t{kMaxBlocks / 2}});
+    launch_dependent_clusters(kernel, dim3(static_cast<unsigned>(2 * clusters)), dim3(kThreads), kSmemBytes, stream, 2,
+                              map_a, map_b, p);
+  } else {
+    const int64_t units = max_tiles * p.n_col_tiles;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>({int64_t{sm_count()}, units, int64_t{kMaxBlocks}}));
+    launch_dependent(kernel, dim3(blocks), dim3(kThreads), kSmemBytes, stream, map_a, map_b, p);
+  }
+}
+
 template <bool SWIGLU>
 void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t stream) {
   MOE_CUDA_REQUIRE(wgmma_grouped_gemm_available(),
@@ -447,21 +595,11 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
                       .max_tiles = static_cast<int32_t>(g.max_tiles), .raster_rows = schedule.raster_rows,
                       .half_tiles = schedule.half_tiles, .a_hint = schedule.a_hint, .b_hint = schedule.b_hint,
                       .claimed_units = schedule.claimed_units, .scheduler = g.scheduler};
-  static std::atomic<uint64_t> configured_devices{0};
-  int device = 0;
-  MOE_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t{1} << (device % 64);
-  if (!(configured_devices.load() & bit)) {
-    MOE_CUDA_CHECK(cudaFuncSetAttribute(wgmma_grouped_gemm_kernel<SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kSmemBytes)));
-    configured_devices.fetch_or(bit);
+  if (schedule.pairs) {
+    launch_instance<SWIGLU, true>(map_a, map_b, p, g.max_tiles, stream);
+  } else {
+    launch_instance<SWIGLU, false>(map_a, map_b, p, g.max_tiles, stream);
   }
-  const int64_t units = g.max_tiles * p.n_col_tiles;  // an upper bound: the device knows the real count
-  // NOTE: the claim counter is int32 and every block claims once past the end.
-  MOE_CUDA_REQUIRE(units + kMaxBlocks < (int64_t{1} << 31), "wgmma grouped GEMM: too many work units");
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>({int64_t{sm_count()}, units, int64_t{kMaxBlocks}}));
-  launch_dependent(wgmma_grouped_gemm_kernel<SWIGLU>, dim3(blocks), dim3(kThreads), kSmemBytes, stream, map_a, map_b,
-                   p);
 }
 
 // out[r] = x[row_token[r]] (zeros where row_token[r] < 0), 16 bytes per thread.
@@ -508,11 +646,15 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
   // gate/up GEMM), which drift apart by more than the L2 holds while the weights stream through it, so
   // without a hint A came from DRAM once per column tile (bench/RESULTS.md, 3rd session: the GEMMs read
   // weights + A x column tiles). Evict-last keeps A in L2 ahead of the weight stream.
+  // NOTE: pairs (clusters of 2 sharing weight tiles) measured (bench/RESULTS.md, 5th session) 3% faster on
+  // Mixtral T=8192 (2048 rows per expert), 1% on DeepSeek-V3 T=8192 (256), even on Qwen3 T=8192 (512) and
+  // Mixtral T=1024 (256), and 3-7% slower at 32-64 rows per expert (DeepSeek-V3 and Qwen3 T=1024), where
+  // most pairs hold a half-empty tile or straddle two experts and load alone but still run in lock step.
   WgmmaSchedule schedule{.half_tiles = rows <= 48 * n_experts, .a_hint = WgmmaSchedule::L2Hint::evict_last,
-                         .claimed_units = true};
+                         .claimed_units = true, .pairs = rows >= 256 * n_experts};
   // MOE_WGMMA_HALF_TILES (on/off), MOE_WGMMA_RASTER_ROWS (1..64), MOE_WGMMA_L2 (<A>,<B>: normal, last or
-  // first) and MOE_WGMMA_CLAIM (on/off) override the policy, for measuring the choices against each other
-  // in one device run (scripts/device/wgmma_schedules.sh).
+  // first), MOE_WGMMA_CLAIM and MOE_WGMMA_PAIRS (on/off) override the policy, for measuring the choices
+  // against each other in one device run (scripts/device/wgmma_schedules.sh).
   static const std::optional<bool> half =
       env_on_off("MOE_WGMMA_HALF_TILES", "whether a tile of <= 64 rows runs on one consumer warpgroup");
   static const int raster_rows = static_cast<int>(
@@ -533,8 +675,11 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
   }();
   static const std::optional<bool> claim =
       env_on_off("MOE_WGMMA_CLAIM", "whether blocks claim work units from a queue or walk a fixed stride");
+  static const std::optional<bool> pairs =
+      env_on_off("MOE_WGMMA_PAIRS", "whether clusters of 2 blocks share weight tiles by TMA multicast");
   schedule.half_tiles = half.value_or(schedule.half_tiles);
   schedule.claimed_units = claim.value_or(schedule.claimed_units);
+  schedule.pairs = pairs.value_or(schedule.pairs);
   if (l2.first >= 0) {
     schedule.a_hint = static_cast<WgmmaSchedule::L2Hint>(l2.first);
     schedule.b_hint = static_cast<WgmmaSchedule::L2Hint>(l2.second);

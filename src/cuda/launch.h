@@ -33,4 +33,45 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
+// launch_dependent in clusters of cluster_x blocks (grid.x a multiple of it).
+template <class... Params, class... Args>
+void launch_dependent_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                               cudaStream_t stream, unsigned cluster_x, Args&&... args) {
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster_x;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = 2;
+  MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+// How many clusters of cluster_x blocks of this kernel fit on the GPU at once.
+template <class... Params>
+int max_active_clusters(void (*kernel)(Params...), unsigned max_blocks, dim3 block, size_t shared_bytes,
+                        unsigned cluster_x) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = cluster_x;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(max_blocks);
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kernel), &config));
+  return clusters;
+}
+
 }  // namespace moe::cuda

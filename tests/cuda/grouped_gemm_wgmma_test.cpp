@@ -4,7 +4,8 @@
 // junk, and a case with more work units than SMs and more k-blocks than pipeline stages, so that blocks
 // walk several tiles and the stages wrap around. Every case runs under several WgmmaSchedules (half tiles
 // on and off; raster groups of 8 and of 3 row tiles; L2 hints; units claimed from the queue or strided,
-// the queue zeroed again after each launch), and one case is built for the half tiles' edges:
+// the queue zeroed again after each launch; clusters on pairs of row tiles, shared weight tiles, pairs that
+// straddle experts, a lone last tile), and one case is built for the half tiles' edges:
 // segments whose last tile holds 1, 63, 64, 65 or 127 rows, and large experts next to small ones.
 #include <algorithm>
 #include <cmath>
@@ -115,10 +116,14 @@ void check_case(const Case& c, test::TestRng& rng) {
         WgmmaSchedule{.half_tiles = false, .raster_rows = 8},
         WgmmaSchedule{.half_tiles = true, .raster_rows = 3},
         WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .a_hint = L2Hint::evict_first, .b_hint = L2Hint::evict_last,
-                      .claimed_units = true}}) {
+                      .claimed_units = true},
+        WgmmaSchedule{.half_tiles = true, .raster_rows = 8, .a_hint = L2Hint::evict_last, .claimed_units = true,
+                      .pairs = true},
+        WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .pairs = true}}) {
     SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") + ", raster rows " +
                  std::to_string(schedule.raster_rows) + ", L2 hints " + hint_name(schedule.a_hint) + "/" +
-                 hint_name(schedule.b_hint) + ", units " + (schedule.claimed_units ? "claimed" : "strided"));
+                 hint_name(schedule.b_hint) + ", units " + (schedule.claimed_units ? "claimed" : "strided") +
+                 (schedule.pairs ? ", pairs" : ""));
     check_schedule(c, schedule, d_gathered, d_w13, d_w2, d_offsets, d_counts, scheduler, want);
   }
 }
@@ -137,6 +142,16 @@ TEST(CudaWgmmaGroupedGemm, MatchesTheCpuExpertsOnUnevenExperts) {
   check_case({.H = 64, .I = 128, .counts = {40, 300, 1, 64, 700, 20}}, rng);
 }
 
+TEST(CudaWgmmaGroupedGemm, PairsOfRowTilesShareWeightsOrNot) {
+  MOE_SKIP_WITHOUT_GPU();
+  if (!wgmma_grouped_gemm_available()) GTEST_SKIP() << "no sm_90a build or not a compute capability 9.0 GPU";
+  test::TestRng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  check_case({.H = 128, .I = 200, .counts = {300}}, rng);          // 3 tiles: a shared pair and a lone tile
+  check_case({.H = 192, .I = 256, .counts = {256, 256}}, rng);     // every pair one expert's
+  check_case({.H = 128, .I = 136, .counts = {100, 300, 5}}, rng);  // pairs that straddle two experts
+}
+
 TEST(CudaWgmmaGroupedGemm, SchedulesAgreeOnHalfTiles) {
   MOE_SKIP_WITHOUT_GPU();
   if (!wgmma_grouped_gemm_available()) GTEST_SKIP() << "no sm_90a build or not a compute capability 9.0 GPU";
@@ -148,7 +163,7 @@ TEST(CudaWgmmaGroupedGemm, SchedulesAgreeOnHalfTiles) {
 }
 
 TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
-  for (const char* var : {"MOE_WGMMA_HALF_TILES", "MOE_WGMMA_L2", "MOE_WGMMA_CLAIM"})
+  for (const char* var : {"MOE_WGMMA_HALF_TILES", "MOE_WGMMA_L2", "MOE_WGMMA_CLAIM", "MOE_WGMMA_PAIRS"})
     if (std::getenv(var) != nullptr) GTEST_SKIP() << var << " overrides the policy";
   EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256).half_tiles);    // DeepSeek-V3 T=1024: 32 rows per expert
   EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256).half_tiles);   // DeepSeek-V3 T=8192: 256
@@ -156,6 +171,10 @@ TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
   EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8).half_tiles);     // Mixtral T=1024: 256
   EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256).a_hint, WgmmaSchedule::L2Hint::evict_last);
   EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256).claimed_units);
+  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256).pairs);    // 256 rows per expert: clusters share weights
+  EXPECT_TRUE(wgmma_schedule_for(8192 * 2, 8).pairs);      // Mixtral T=8192: 2048
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256).pairs);   // DeepSeek-V3 T=1024: 32
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128).pairs);   // Qwen3 T=1024: 64
 }
 
 TEST(CudaWgmmaGroupedGemm, GatherRowsCopiesTokenRowsAndZeroesUnusedOnes) {

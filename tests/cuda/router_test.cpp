@@ -1,6 +1,8 @@
 // The CUDA router against its CPU twin (routing::route) on fresh random logits, every method.
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <tuple>
 
 #include "moe/core/float_convert.h"
 #include "moe/core/tensor.h"
@@ -106,43 +108,47 @@ TEST(CudaRouter, RouterGemmKeepsFp32Accuracy) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
   SCOPED_TRACE("seed " + std::to_string(rng.seed()));
-  const int64_t T = 300, H = 512, rows = 129;
-  const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
-  const std::vector<uint16_t> x_bits(x.data_as<uint16_t>(), x.data_as<uint16_t>() + T * H);
-  std::vector<float> w = rng.normal_vector(rows * H, 0.05f);
-  // The largest error relative to sum |x||w| of the logits from `gemm` against fp64 over `weights`.
-  const auto worst_error = [&](const std::vector<float>& weights, const std::vector<float>& got) {
-    double worst = 0;
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t r = 0; r < rows; ++r) {
-        double sum = 0, scale = 0;
-        for (int64_t h = 0; h < H; ++h) {
-          const double xv = ::moe::bf16_to_f32(x_bits[t * H + h]);
-          sum += xv * weights[r * H + h];
-          scale += std::fabs(xv * weights[r * H + h]);
+  // The last two shapes are the layer tests' router (64 experts, H 256), where cuBLAS picks other kernels.
+  using Shape = std::tuple<int64_t, int64_t, int64_t>;  // T, H, rows
+  for (const auto& [T, H, rows] : {Shape{300, 512, 129}, Shape{97, 256, 64}, Shape{700, 256, 64}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + ", H " + std::to_string(H) + ", rows " + std::to_string(rows));
+    const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
+    const std::vector<uint16_t> x_bits(x.data_as<uint16_t>(), x.data_as<uint16_t>() + T * H);
+    std::vector<float> w = rng.normal_vector(rows * H, 0.05f);
+    // The largest error relative to sum |x||w| of the logits from `gemm` against fp64 over `weights`.
+    const auto worst_error = [&](const std::vector<float>& weights, const std::vector<float>& got) {
+      double worst = 0;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          double sum = 0, scale = 0;
+          for (int64_t h = 0; h < H; ++h) {
+            const double xv = ::moe::bf16_to_f32(x_bits[t * H + h]);
+            sum += xv * weights[r * H + h];
+            scale += std::fabs(xv * weights[r * H + h]);
+          }
+          worst = std::max(worst, std::fabs(got[t * rows + r] - sum) / scale);
         }
-        worst = std::max(worst, std::fabs(got[t * rows + r] - sum) / scale);
-      }
-    return worst;
-  };
-  test::Device<uint16_t> d_x(x_bits);
-  test::Device<float> d_logits(T * rows);
-  const auto logits_of = [&](const RouterGemm& gemm) {
-    gemm.run(reinterpret_cast<const bf16*>(d_x.get()), T, d_logits.get(), nullptr);
-    return d_logits.host();
-  };
+      return worst;
+    };
+    test::Device<uint16_t> d_x(x_bits);
+    test::Device<float> d_logits(T * rows);
+    const auto logits_of = [&](const RouterGemm& gemm) {
+      gemm.run(reinterpret_cast<const bf16*>(d_x.get()), T, d_logits.get(), nullptr);
+      return d_logits.host();
+    };
 
-  const RouterGemm fp32(w.data(), rows, H);
-  EXPECT_EQ(fp32.terms(), 3);
-  // fp32 accumulation over H = 512 terms: ~1e-6 of sum |x||w| at worst; one bf16 term: ~1e-4.
-  constexpr double kFp32Tolerance = 5e-6;
-  EXPECT_LE(worst_error(w, logits_of(fp32)), kFp32Tolerance);
-  std::vector<float> w_bf16(w.size());
-  for (size_t i = 0; i < w.size(); ++i) w_bf16[i] = ::moe::bf16_to_f32(::moe::f32_to_bf16(w[i]));
-  const RouterGemm one_term(w_bf16.data(), rows, H);
-  EXPECT_EQ(one_term.terms(), 1);
-  EXPECT_GE(worst_error(w, logits_of(one_term)), 4 * kFp32Tolerance) << "one bf16 term should be visibly less exact";
-  EXPECT_LE(worst_error(w_bf16, logits_of(one_term)), kFp32Tolerance);
+    const RouterGemm fp32(w.data(), rows, H);
+    EXPECT_EQ(fp32.terms(), 3);
+    // fp32 accumulation over H = 512 terms: ~1e-6 of sum |x||w| at worst; one bf16 term: ~1e-4.
+    constexpr double kFp32Tolerance = 5e-6;
+    EXPECT_LE(worst_error(w, logits_of(fp32)), kFp32Tolerance);
+    std::vector<float> w_bf16(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w_bf16[i] = ::moe::bf16_to_f32(::moe::f32_to_bf16(w[i]));
+    const RouterGemm one_term(w_bf16.data(), rows, H);
+    EXPECT_EQ(one_term.terms(), 1);
+    EXPECT_GE(worst_error(w, logits_of(one_term)), 4 * kFp32Tolerance) << "one bf16 term should be visibly less exact";
+    EXPECT_LE(worst_error(w_bf16, logits_of(one_term)), kFp32Tolerance);
+  }
 }
 
 // With one-hot tokens every logit is one weight: the three terms must add up to it bit for bit (a lost or

@@ -137,12 +137,14 @@ struct WgmmaSchedule {
   // Blocks claim work units in order from a counter as they finish one (true), or walk a fixed stride of
   // the unit list (false).
   bool claimed_units = false;
+  // Clusters of 2 blocks on pairs of row tiles, which load a weight tile shared by both once (multicast).
+  bool pairs = false;
 };
 // The ints of GroupedGemmArgs::scheduler.
 int64_t wgmma_scheduler_ints();
 // The measured policy for `rows` rows over `n_experts` segments (half tiles only where nearly every tile is
 // one); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N, MOE_WGMMA_L2=<A hint>,<B hint> (each
-// normal, last or first) and MOE_WGMMA_CLAIM=on|off in the environment override it.
+// normal, last or first), MOE_WGMMA_CLAIM=on|off and MOE_WGMMA_PAIRS=on|off in the environment override it.
 WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
