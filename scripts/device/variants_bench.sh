@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the device, one call (issue 5): builds of the CUDA backend measured against each other. The carry
 # holds variants.tar.xz: one folder per build (its moe and cuda_tests, e.g. built here with a kernel
-# constant changed; xz keeps several builds within the carry limit), and ENVS adds environment settings ("name:VAR=value,VAR=value name2:..."; default one
-# empty setting), every build run under each. Each build's wgmma tests under each setting, then
+# constant changed; xz keeps several builds within the carry limit), and ENVS adds environment settings
+# ("name:VAR=value,VAR=value name2:..."; default one empty setting), every build run under each. Each build's wgmma tests under each setting, then
 # `moe bench --backend cuda` at every point with the variants alternated over ROUNDS rounds (the spread
 # between processes is 5-15%), a table last.
 # Usage: CARRY=.device-carry-exp [ENVS=...] [ROUNDS=2] bash scripts/device/variants_bench.sh "shape:tokens ..."
