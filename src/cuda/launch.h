@@ -17,52 +17,46 @@ __device__ __forceinline__ void wait_for_prior_grids() { asm volatile("griddepco
 // Lets the next grid in the stream be scheduled once every block of this one has called this (or exited).
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
-template <class... Params, class... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                      Args&&... args) {
+// The launch attribute of clusters of cluster_x blocks along x.
+inline cudaLaunchAttribute cluster_dimension(unsigned cluster_x) {
   cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = cluster_x;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  return attribute;
 }
 
-// launch_dependent in clusters of cluster_x blocks (grid.x a multiple of it).
+// launch_dependent in clusters of cluster_x blocks (grid.x a multiple of it; 1: no clusters).
 template <class... Params, class... Args>
 void launch_dependent_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                                cudaStream_t stream, unsigned cluster_x, Args&&... args) {
   cudaLaunchAttribute attributes[2]{};
   attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attributes[0].val.programmaticStreamSerializationAllowed = 1;
-  attributes[1].id = cudaLaunchAttributeClusterDimension;
-  attributes[1].val.clusterDim.x = cluster_x;
-  attributes[1].val.clusterDim.y = 1;
-  attributes[1].val.clusterDim.z = 1;
+  unsigned n_attributes = 1;
+  if (cluster_x > 1) attributes[n_attributes++] = cluster_dimension(cluster_x);
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = attributes;
-  config.numAttrs = 2;
+  config.numAttrs = n_attributes;
   MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                      Args&&... args) {
+  launch_dependent_clusters(kernel, grid, block, shared_bytes, stream, 1u, std::forward<Args>(args)...);
 }
 
 // How many clusters of cluster_x blocks of this kernel fit on the GPU at once.
 template <class... Params>
 int max_active_clusters(void (*kernel)(Params...), unsigned max_blocks, dim3 block, size_t shared_bytes,
                         unsigned cluster_x) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = cluster_x;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
+  cudaLaunchAttribute attribute = cluster_dimension(cluster_x);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(max_blocks);
   config.blockDim = block;
