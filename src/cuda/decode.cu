@@ -10,8 +10,9 @@
 //      expert's down weight with that expert's activation, then sums them with the routing weights in
 //      slot order: deterministic, no atomics on data.
 // Decode is bound by the weight stream, so the work of phases 1 and 2 is split over all SMs along weight
-// rows (16-byte loads that skip L1, 16 per thread in flight in phase 1), and before the second barrier each
-// block prefetches the first down rows it will read into L2, so the memory system stays busy across it.
+// rows (16-byte loads that skip L1, 16 per thread in flight in phase 1), and between its arrival at the
+// second barrier and its wait each block prefetches the first down rows it will read into L2, so the memory
+// system stays busy across it.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -49,7 +50,7 @@ struct DecodeParams {
   int S;  // 0: no shared expert
   bool shared_gated;
   int up_segs, down_segs;  // H split into up_segs segments (phase 1); max(I, S) into down_segs (phase 2)
-  int prefetch_bytes;      // per block, before the second barrier
+  int prefetch_bytes;      // per block, at the second barrier
   float* logit_parts;      // [T, gate_rows, parts]
   bf16* act;               // [T, act_stride]: activation rows of the distinct experts, then the shared one
   int64_t act_stride;
@@ -106,15 +107,23 @@ __device__ __forceinline__ unsigned add_release(unsigned* p, unsigned value) {
 // exactly when the last block arrives and its low bits are back to zero: nothing to reset, for the next
 // barrier and the next launch alike. (A counter and a generation word took ~2-3.5 us from the last
 // arrival to the departure on the H200: three round trips to L2 and sequentially consistent fences.)
-__device__ __forceinline__ void grid_barrier(unsigned* barrier) {
+// Split in two so that a block can start work that needs no other block (prefetches) between its
+// arrival and its wait: grid_barrier_arrive returns what grid_barrier_wait needs (thread 0's view).
+__device__ __forceinline__ unsigned grid_barrier_arrive(unsigned* barrier) {
   __syncthreads();
+  unsigned old = 0;
+  if (threadIdx.x == 0) old = add_release(barrier, blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u);
+  return old;
+}
+__device__ __forceinline__ void grid_barrier_wait(unsigned* barrier, unsigned arrived) {
   if (threadIdx.x == 0) {
-    const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-    const unsigned old = add_release(barrier, add);
-    while (((old ^ load_acquire(barrier)) & 0x80000000u) == 0) {
+    while (((arrived ^ load_acquire(barrier)) & 0x80000000u) == 0) {
     }
   }
   __syncthreads();
+}
+__device__ __forceinline__ void grid_barrier(unsigned* barrier) {
+  grid_barrier_wait(barrier, grid_barrier_arrive(barrier));
 }
 
 // sum_i w[i] * x[i] over 8 bf16 pairs.
@@ -385,7 +394,10 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
   }
 
   stamp(p, 7);
-  // Before the barrier: this block's first down rows into L2, so that the weight stream does not pause.
+  // While the other blocks finish phase 1: this block's first down rows into L2, so that the weight stream
+  // does not pause. NOTE: after the arrival (its release fence): issued before it, the barrier took 2.9 us
+  // from the last arrival to the departure on Qwen3 T=1, now 1.7-2.0 (bench/RESULTS.md, 6th session).
+  const unsigned arrived = grid_barrier_arrive(p.barrier);
   const int2 columns = block_range(H);
   {
     const int per_column = T * n_slots;
@@ -399,7 +411,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
       prefetch_l2(row, n * 2);
     }
   }
-  grid_barrier(p.barrier);
+  grid_barrier_wait(p.barrier, arrived);
   stamp(p, 8);
 
   // ---- Phase 2: down and the weighted sum, over this block's output columns. --------------------------
