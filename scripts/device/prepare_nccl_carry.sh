@@ -16,6 +16,8 @@ cmake --build "$build" --target moe dist_cuda_ep_tests cuda_tests causal_lm_cuda
 C=${NCCL_CARRY:-.device-carry-nccl}
 rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/mpi/deps" "$C/mpi/usr/bin" "$C/mpi/usr/share"
 cp "$build/bin/moe" "$build/bin/dist_cuda_ep_tests" "$build/bin/cuda_tests" "$build/bin/causal_lm_cuda_tests" "$C/bin/"
+# Without their symbol tables: the carry and the working tree share a 64 MiB limit.
+strip --strip-unneeded "$C"/bin/*
 cp -L /usr/lib/x86_64-linux-gnu/libfmt.so.9 "$C/lib/"
 
 ompi=/usr/lib/x86_64-linux-gnu/openmpi
