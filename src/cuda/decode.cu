@@ -102,7 +102,8 @@ __device__ __forceinline__ unsigned add_release(unsigned* p, unsigned value) {
   return old;
 }
 
-// All blocks of the grid (co-resident: cooperative launch) meet here; writes before are visible after.
+// All blocks of the grid (co-resident: cooperative launch) meet here; writes made before the arrival are
+// visible after the wait (between the two, a block may only do what no other block reads: prefetches).
 // One atomic per block: block 0 adds 2^31 - (blocks - 1), the others 1, so the counter's top bit flips
 // exactly when the last block arrives and its low bits are back to zero: nothing to reset, for the next
 // barrier and the next launch alike. (A counter and a generation word took ~2-3.5 us from the last
@@ -571,9 +572,10 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
   MOE_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= kDecodeMaxTokens,
                    "the fused decode path takes up to " + std::to_string(kDecodeMaxTokens) + " tokens, got " +
                        std::to_string(n_tokens));
-  MOE_CUDA_REQUIRE(c.n_experts <= kMaxExperts && c.top_k <= kMaxTopK && hidden % 8 == 0 &&
+  MOE_CUDA_REQUIRE(c.n_experts <= kMaxExperts && c.top_k <= kMaxTopK && c.n_group <= 32 && hidden % 8 == 0 &&
                        w.intermediate % 8 == 0 && w.shared_intermediate % 8 == 0,
-                   "the fused decode path needs E <= 1024, k <= 32 and sizes that are multiples of 8");
+                   "the fused decode path needs E <= 1024, k <= 32, n_group <= 32 and sizes that are multiples "
+                   "of 8");
   if (n_tokens == 0) return;
   DecodeParams p{};
   p.router = {.method = c.method, .n_experts = c.n_experts, .top_k = c.top_k, .n_group = c.n_group,

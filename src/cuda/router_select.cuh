@@ -62,6 +62,12 @@ struct RouterParams {
   float routed_scaling_factor;
 };
 
+// noaux_tc's score as the CPU twin computes it: the sigmoid in double, rounded once to float. NOTE: an fp32
+// 1 / (1 + expf(-v)) can be an ulp off, and s + bias then breaks a near-tie the other way than the CPU.
+__device__ __forceinline__ float sigmoid_as_reference(float v) {
+  return static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(v))));
+}
+
 // The groups the grouped methods (group_limited_greedy, noaux_tc) keep: bit g set for the topk_group groups
 // with the best group score (max, or sum of the top 2 for noaux_tc; ties to the lower group). `choice` is
 // the warp's shared scratch of E floats, holding the selection values.
@@ -140,7 +146,7 @@ __device__ void select_topk_in_registers(const RouterParams& p, const float* l,
   if (p.method == RoutingMethod::noaux_tc) {
 #pragma unroll
     for (int j = 0; j < C; ++j) {
-      s[j] = 1.0f / (1.0f + expf(-v[j]));
+      s[j] = sigmoid_as_reference(v[j]);
       c[j] = s[j] + (bias && lane + 32 * j < E ? bias[lane + 32 * j] : 0.0f);
     }
   } else if (p.method == RoutingMethod::topk_softmax) {
@@ -243,7 +249,7 @@ __device__ void select_topk_scan(const RouterParams& p, const float* l, const fl
   for (int e = lane; e < E; e += 32) {
     const float v = l[e];
     if (p.method == RoutingMethod::noaux_tc) {
-      const float s = 1.0f / (1.0f + expf(-v));
+      const float s = sigmoid_as_reference(v);
       score[e] = s;
       choice[e] = s + (bias ? bias[e] : 0.0f);
     } else {

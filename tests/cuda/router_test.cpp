@@ -34,26 +34,36 @@ TEST(CudaRouter, MatchesTheCpuRouterForEveryMethod) {
        .routed_scaling_factor = 1.0f, .n_group = 1, .topk_group = 1},
       {.method = RoutingMethod::topk_softmax, .n_experts = 32, .top_k = 4},
       {.method = RoutingMethod::softmax_topk, .n_experts = 1000, .top_k = 32},
+      // Every list length with k up to 32, masked groups in short lists, padding in lists of 4, and the
+      // scan (E > 256) with groups and with topk_softmax.
+      {.method = RoutingMethod::softmax_topk, .n_experts = 32, .top_k = 32},
+      {.method = RoutingMethod::softmax_topk, .n_experts = 40, .top_k = 32, .norm_topk_prob = true},
+      {.method = RoutingMethod::group_limited_greedy, .n_experts = 8, .top_k = 2, .n_group = 4,
+       .topk_group = 2},
+      {.method = RoutingMethod::noaux_tc, .n_experts = 96, .top_k = 6, .norm_topk_prob = true,
+       .routed_scaling_factor = 2.5f, .n_group = 6, .topk_group = 2},
+      {.method = RoutingMethod::noaux_tc, .n_experts = 512, .top_k = 8, .norm_topk_prob = true,
+       .routed_scaling_factor = 2.5f, .n_group = 16, .topk_group = 4},
+      {.method = RoutingMethod::topk_softmax, .n_experts = 300, .top_k = 6},
   };
-  // ties: logits from seven values (and no bias), so that most choices and group scores tie and the lower
-  // expert (group) must win, in the lists of every length (E 8 to 256) and in the scan (E 1000).
+  // ties: logits from seven values (and no bias: noaux_tc without its correction bias), so that most
+  // choices and group scores tie and the lower expert (group) must win, in the lists of every length
+  // (E 8 to 256) and in the scan (E > 256).
   for (const bool ties : {false, true}) {
     for (const RouterConfig& c : configs) {
       SCOPED_TRACE(std::string(routing::routing_method_name(c.method)) + " E " + std::to_string(c.n_experts) +
                    (ties ? " (ties)" : ""));
       const int64_t T = 97, stride = c.n_experts + 3;  // a padded row stride, as the shared-gate row makes
       std::vector<float> logits = rng.normal_vector(T * stride, 3.0f);
-      std::vector<float> bias = rng.normal_vector(c.n_experts, 0.05f);
-      if (ties) {
+      const std::vector<float> bias = rng.normal_vector(c.n_experts, 0.05f);
+      if (ties)
         for (float& l : logits) l = std::round(std::clamp(l, -3.0f, 3.0f)) * 0.5f;
-        std::fill(bias.begin(), bias.end(), 0.0f);
-      }
       std::vector<float> packed;
       for (int64_t t = 0; t < T; ++t)
         packed.insert(packed.end(), logits.begin() + t * stride, logits.begin() + t * stride + c.n_experts);
       std::vector<int32_t> want_ids(T * c.top_k);
       std::vector<float> want_weights(T * c.top_k);
-      const bool biased = c.method == RoutingMethod::noaux_tc;
+      const bool biased = c.method == RoutingMethod::noaux_tc && !ties;
       routing::route(c, packed, biased ? std::span<const float>(bias) : std::span<const float>(), T, want_ids,
                      want_weights);
 
