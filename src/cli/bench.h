@@ -56,12 +56,20 @@ struct BenchRow {
     double us_max = 0, router_prepare_us = 0, max_over_mean_load = 0;  // router_prepare_us: median over runs
     double read_gbps_before = 0, read_gbps_after = 0;      // the ceilings before and after the timed runs
     double peak_gflops_before = 0, peak_gflops_after = 0;  // (matmul_tflops, copy_tbps: the higher of each)
+    // Paired floors: each timed run against the ceilings measured right before and after it (the higher
+    // of each), so that a slow minute slows the run and its floor alike. Per run, in run order.
+    std::vector<double> run_us, run_experts_touched, run_read_gbps, run_peak_gflops, run_ratio;
+    double ratio_paired = 0;  // the median of run_ratio
   };
   std::optional<CpuDetails> cpu;
 };
 
-// flops = 2·T·k·3·H·I; bytes = experts_touched · 3·H·I · (2 for bf16, 1 for int8). Fills tflops,
-// weight_tbps, floor, ratio.
+// The floor in µs: max(flops / peak, bytes / bandwidth) with flops = 2·T·k·3·H·I and bytes = experts_touched ·
+// 3·H·I · (2 for bf16, 1 for int8).
+double floor_us(const BenchShape& shape, int64_t tokens, double experts_touched, const std::string& weights,
+                double peak_flops, double read_bytes_per_s);
+
+// Fills tflops, weight_tbps, floor (floor_us at the row's ceilings), ratio.
 void finish_row(BenchRow& row);
 
 nlohmann::json to_json(const BenchRow& row);

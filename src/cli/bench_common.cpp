@@ -69,13 +69,25 @@ void shape_router_for_routing(MoeWeights& w, BenchRouting routing, uint64_t seed
   if (w.correction_bias.defined()) std::fill_n(w.correction_bias.data_as<float>(), E, 0.0f);
 }
 
+namespace {
+double layer_flops(const BenchShape& s, int64_t tokens) {
+  return 2.0 * tokens * s.top_k * 3.0 * s.hidden * s.intermediate;
+}
+double weight_bytes(const BenchShape& s, double experts_touched, const std::string& weights) {
+  return experts_touched * 3.0 * s.hidden * s.intermediate * (weights == "int8" ? 1.0 : 2.0);
+}
+}  // namespace
+
+double floor_us(const BenchShape& shape, int64_t tokens, double experts_touched, const std::string& weights,
+                double peak_flops, double read_bytes_per_s) {
+  return std::max(layer_flops(shape, tokens) / peak_flops,
+                  weight_bytes(shape, experts_touched, weights) / read_bytes_per_s) * 1e6;
+}
+
 void finish_row(BenchRow& r) {
-  const double H = r.shape.hidden, I = r.shape.intermediate;
-  const double flops = 2.0 * r.tokens * r.shape.top_k * 3.0 * H * I;
-  const double bytes = r.experts_touched * 3.0 * H * I * (r.weights == "int8" ? 1.0 : 2.0);
-  r.tflops = flops / (r.us_median * 1e-6) / 1e12;
-  r.weight_tbps = bytes / (r.us_median * 1e-6) / 1e12;
-  r.floor_us = std::max(flops / (r.matmul_tflops * 1e12), bytes / (r.copy_tbps * 1e12)) * 1e6;
+  r.tflops = layer_flops(r.shape, r.tokens) / (r.us_median * 1e-6) / 1e12;
+  r.weight_tbps = weight_bytes(r.shape, r.experts_touched, r.weights) / (r.us_median * 1e-6) / 1e12;
+  r.floor_us = floor_us(r.shape, r.tokens, r.experts_touched, r.weights, r.matmul_tflops * 1e12, r.copy_tbps * 1e12);
   r.ratio_to_floor = r.us_median / r.floor_us;
 }
 
@@ -112,7 +124,13 @@ nlohmann::json to_json(const BenchRow& r) {
               {"read_gbps", r.copy_tbps * 1e3},
               {"peak_gflops", r.matmul_tflops * 1e3},
               {"ceilings_before", {{"read_gbps", c.read_gbps_before}, {"peak_gflops", c.peak_gflops_before}}},
-              {"ceilings_after", {{"read_gbps", c.read_gbps_after}, {"peak_gflops", c.peak_gflops_after}}}});
+              {"ceilings_after", {{"read_gbps", c.read_gbps_after}, {"peak_gflops", c.peak_gflops_after}}},
+              {"ratio_to_floor_paired", c.ratio_paired},
+              {"runs", {{"us", c.run_us},
+                        {"experts_touched", c.run_experts_touched},
+                        {"read_gbps", c.run_read_gbps},
+                        {"peak_gflops", c.run_peak_gflops},
+                        {"ratio_to_floor", c.run_ratio}}}});
   }
   return j;
 }
@@ -130,19 +148,21 @@ void print_rows(const std::vector<BenchRow>& rows) {
     return;
   }
   // NOTE: the CPU's ceilings are small numbers: GB/s and GFLOP/s, per row (each keeps the stricter floor).
-  fmt::print("\n{:>6} {:>7} {:>10} {:>9} {:>9} {:>11} {:>10} {:>10}\n", "tokens", "weights", "spread %",
-             "router us", "read GB/s", "peak GFLOP/s", "peer us", "vs peer");
+  fmt::print("\n{:>6} {:>7} {:>10} {:>9} {:>9} {:>11} {:>8} {:>10} {:>10}\n", "tokens", "weights", "spread %",
+             "router us", "read GB/s", "peak GFLOP/s", "paired", "peer us", "vs peer");
   for (const BenchRow& r : rows) {
     const BenchRow::CpuDetails& c = *r.cpu;
-    fmt::print("{:>6} {:>7} {:>4.0f}-{:<5.0f} {:>9.0f} {:>9.1f} {:>11.0f} {:>10} {:>10}\n", r.tokens, r.weights,
-               r.us_min / r.us_median * 100, c.us_max / r.us_median * 100, c.router_prepare_us, r.copy_tbps * 1e3,
-               r.matmul_tflops * 1e3, r.peer.empty() ? "-" : fmt::format("{:.0f}", r.peer_us),
+    fmt::print("{:>6} {:>7} {:>4.0f}-{:<5.0f} {:>9.0f} {:>9.1f} {:>11.0f} {:>8.2f} {:>10} {:>10}\n", r.tokens,
+               r.weights, r.us_min / r.us_median * 100, c.us_max / r.us_median * 100, c.router_prepare_us,
+               r.copy_tbps * 1e3, r.matmul_tflops * 1e3, c.ratio_paired,
+               r.peer.empty() ? "-" : fmt::format("{:.0f}", r.peer_us),
                r.peer.empty() ? "-" : fmt::format("{:.2f}x", r.peer_us / r.us_median));
   }
   fmt::print("\nspread: fastest and slowest run as % of the median. floor = max(touched weight bytes / read "
              "bandwidth,\nflops / peak), ceilings measured before and after the timed runs, the higher of each "
-             "kept.\npeer: {} (issue 3's figures: same machine class, router excluded, best run); vs peer > 1: "
-             "faster than it.\n",
+             "kept.\npaired: the median over runs of each run's time over its own floor, from the ceilings "
+             "measured\nright before and after it (the higher of each).\npeer: {} (issue 3's figures: same "
+             "machine class, router excluded, best run); vs peer > 1: faster than it.\n",
              "llama.cpp MUL_MAT_ID");
 }
 

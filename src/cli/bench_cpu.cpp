@@ -38,6 +38,11 @@ double llama_us(const std::string& shape, int64_t T, bool int8) {
   return it == table.end() ? 0.0 : (int8 ? it->second.second : it->second.first);
 }
 
+std::vector<double> scaled(std::vector<double> v, double factor) {
+  for (double& x : v) x *= factor;
+  return v;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -67,6 +72,7 @@ MoeWeights bench_weights(const BenchShape& s, const MoeConfig& config, int64_t p
 
 struct Measured {
   std::vector<double> seconds, touched, router_prepare_ms;
+  std::vector<double> run_read_bps, run_peak_flops;  // each run's ceilings (the higher of before and after)
   double max_over_mean = 0;
 };
 
@@ -107,8 +113,10 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64
   fmt::print("  built and packed in {:.1f} s\n", std::chrono::duration<double>(Clock::now() - build_start).count());
 
   // NOTE: the ceilings are measured before and after the timed runs and the higher of each is used (the
-  // stricter floor): on a shared machine either measurement alone may catch a slow minute.
-  const double bandwidth_before = cpu::measure_read_bandwidth(), peak_before = cpu::measure_peak_flops(isa, format);
+  // stricter floor): on a shared machine either measurement alone may catch a slow minute. Between the runs
+  // one pass of each pairs every run with the ceilings of its own minute (the paired ratio).
+  cpu::ReadProbe probe;
+  const double bandwidth_before = probe.measure(3), peak_before = cpu::measure_peak_flops(isa, format);
   std::vector<Measured> measured;
   for (const int64_t T : tokens) {
     constexpr int kInputs = 4;  // distinct inputs: routing and touched experts change from run to run
@@ -120,13 +128,20 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64
     }
     Measured m;
     const auto bench_start = Clock::now();
+    double bandwidth_last = 0, peak_last = 0;  // the ceilings measured after the previous run
     for (int rep = -1;; ++rep) {  // one warm-up run
       const size_t index = static_cast<size_t>(rep + 1);
       MoeLayer& layer = *stack[index % stack.size()];
       const auto start = Clock::now();
       const LayerOutput out = layer.forward(inputs[index % inputs.size()]);
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      const double bandwidth = probe.measure(1), peak = cpu::measure_peak_flops(isa, format, 1);
+      const double bandwidth_before_run = bandwidth_last, peak_before_run = peak_last;
+      bandwidth_last = bandwidth;
+      peak_last = peak;
       if (rep < 0) continue;
+      m.run_read_bps.push_back(std::max(bandwidth_before_run, bandwidth));
+      m.run_peak_flops.push_back(std::max(peak_before_run, peak));
       // NOTE: every touched logical expert counts, as in a real model where each is distinct memory (the
       // kernels stream each logical expert's weights; aliasing only saves memory here).
       m.touched.push_back(static_cast<double>(std::count_if(out.stats.tokens_per_expert.begin(),
@@ -141,7 +156,7 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64
     }
     measured.push_back(std::move(m));
   }
-  const double bandwidth_after = cpu::measure_read_bandwidth(), peak_after = cpu::measure_peak_flops(isa, format);
+  const double bandwidth_after = probe.measure(3), peak_after = cpu::measure_peak_flops(isa, format);
 
   std::vector<BenchRow> rows;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -162,6 +177,10 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64
       row.peer = "llama.cpp";
       row.peer_us = llama;
     }
+    std::vector<double> run_ratio;
+    for (size_t r = 0; r < m.seconds.size(); ++r)
+      run_ratio.push_back(m.seconds[r] * 1e6 /
+                          floor_us(s, tokens[i], m.touched[r], o.weights, m.run_peak_flops[r], m.run_read_bps[r]));
     row.cpu = BenchRow::CpuDetails{
         .isa = std::string(cpu::isa_name(isa)),
         .threads = n_threads,
@@ -175,6 +194,12 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64
         .read_gbps_after = bandwidth_after / 1e9,
         .peak_gflops_before = peak_before / 1e9,
         .peak_gflops_after = peak_after / 1e9,
+        .run_us = scaled(m.seconds, 1e6),
+        .run_experts_touched = m.touched,
+        .run_read_gbps = scaled(m.run_read_bps, 1e-9),
+        .run_peak_gflops = scaled(m.run_peak_flops, 1e-9),
+        .run_ratio = run_ratio,
+        .ratio_paired = median(run_ratio),
     };
     finish_row(row);
     rows.push_back(std::move(row));

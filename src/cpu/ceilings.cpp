@@ -99,15 +99,21 @@ float fma_loop_avx512() {
 
 }  // namespace
 
-double measure_read_bandwidth(int64_t bytes, int passes) {
+ReadProbe::ReadProbe(int64_t bytes) : buffer_(Tensor::empty(DType::I64, {bytes / 8})) {
   ThreadPool& pool = ThreadPool::global();
   const int n_threads = pool.size();
-  Tensor buffer = Tensor::empty(DType::I64, {bytes / 8});
-  const int64_t words = buffer.numel();
-  uint64_t* data = static_cast<uint64_t*>(buffer.data());
+  const int64_t words = buffer_.numel();
+  uint64_t* data = static_cast<uint64_t*>(buffer_.data());
   pool.parallel_for(n_threads, 1, [&](int64_t t0, int64_t t1) {  // fault the pages in on their readers
     for (int64_t t = t0; t < t1; ++t) std::memset(data + words / n_threads * t, 1, words / n_threads * 8);
   });
+}
+
+double ReadProbe::measure(int passes) {
+  ThreadPool& pool = ThreadPool::global();
+  const int n_threads = pool.size();
+  const int64_t words = buffer_.numel();
+  const uint64_t* data = static_cast<const uint64_t*>(buffer_.data());
   double best = 0;
   std::vector<uint64_t> sink(n_threads);
   for (int pass = 0; pass < passes; ++pass) {
@@ -120,6 +126,8 @@ double measure_read_bandwidth(int64_t bytes, int passes) {
   }
   return best;
 }
+
+double measure_read_bandwidth(int64_t bytes, int passes) { return ReadProbe(bytes).measure(passes); }
 
 double measure_peak_flops(Isa isa, WeightFormat format, int passes) {
   ThreadPool& pool = ThreadPool::global();

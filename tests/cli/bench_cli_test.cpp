@@ -1,14 +1,16 @@
 // `moe bench --backend cpu` on a tiny shape: the JSON rows carry the fields with positive values,
-// one row per requested token count, the CPU extras, and a floor consistent with its ceilings; CPU-only
-// options are refused clearly with --backend cuda.
+// one row per requested token count, the CPU extras, a floor consistent with its ceilings and paired floors
+// consistent with each run's; CPU-only options are refused clearly with --backend cuda.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "temp_dir.h"
 
@@ -78,6 +80,24 @@ void expect_cpu_rows(const nlohmann::json& rows, const std::string& weights) {
     const double floor_us = std::max(flops / (r.at("peak_gflops").get<double>() * 1e9),
                                      bytes / (r.at("read_gbps").get<double>() * 1e9)) * 1e6;
     EXPECT_NEAR(r.at("floor_us").get<double>(), floor_us, 1e-6 * floor_us);
+    // Paired: every run against its own ceilings; the row's figure is the median of the runs' ratios.
+    const nlohmann::json& runs = r.at("runs");
+    const size_t reps = r.at("reps").get<size_t>();
+    std::vector<double> ratios;
+    for (const char* key : {"us", "experts_touched", "read_gbps", "peak_gflops", "ratio_to_floor"})
+      ASSERT_EQ(runs.at(key).size(), reps) << key;
+    for (size_t run = 0; run < reps; ++run) {
+      const double run_bytes =
+          runs.at("experts_touched")[run].get<double>() * 3 * 256 * 128 * (weights == "int8" ? 1 : 2);
+      const double run_floor = std::max(flops / (runs.at("peak_gflops")[run].get<double>() * 1e9),
+                                        run_bytes / (runs.at("read_gbps")[run].get<double>() * 1e9)) * 1e6;
+      const double ratio = runs.at("us")[run].get<double>() / run_floor;
+      EXPECT_NEAR(runs.at("ratio_to_floor")[run].get<double>(), ratio, 1e-6 * ratio) << run;
+      ratios.push_back(ratio);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    const double median = reps % 2 ? ratios[reps / 2] : 0.5 * (ratios[reps / 2 - 1] + ratios[reps / 2]);
+    EXPECT_NEAR(r.at("ratio_to_floor_paired").get<double>(), median, 1e-6 * median);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "moe/core/tensor.h"
 #include "moe/cpu/fast_experts.h"
 
 namespace moe::cpu {
@@ -12,6 +13,16 @@ namespace moe::cpu {
 // Bytes per second reading a buffer of `bytes` (much larger than the last-level cache; every cache line
 // read once per pass), split across the pool's threads; best of `passes`.
 double measure_read_bandwidth(int64_t bytes = int64_t{1} << 30, int passes = 3);
+
+// The same probe keeping its buffer (faulted in once), for measuring again and again between timed runs.
+class ReadProbe {
+ public:
+  explicit ReadProbe(int64_t bytes = int64_t{1} << 30);
+  double measure(int passes = 1);
+
+ private:
+  Tensor buffer_;
+};
 
 // Flop/s of the ISA's dot instruction on all threads (bf16: vdpbf16ps, 64 flops each; int8: vpdpbusd,
 // 128 ops each; AVX2: fp32 FMA, 16 flops each), 24 independent accumulators per thread, best of `passes`.
