@@ -44,127 +44,27 @@ float peak_loop_avx512(bool int8) {
   static_assert(kChains == 24, "the asm below runs 24 chains");
   int lane0 = 0;  // the first accumulator's first lane: what the caller keeps so the work is not dropped
   const __m512i a = _mm512_set1_epi32(0x3f803f80), b = _mm512_set1_epi32(0x3c003c00);
+#define MOE_PEAK_LOOP(INSTRUCTION)                                                                        \
+  asm volatile(                                                                                          \
+      ".irp i, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23\n\t" \
+      "vpxord %%zmm\\i, %%zmm\\i, %%zmm\\i\n\t.endr\n\t"                                                 \
+      "vmovdqu64 %[a], %%zmm24\n\tvmovdqu64 %[b], %%zmm25\n\tmov %[n], %%rcx\n\t"                        \
+      "1:\n\t"                                                                                           \
+      ".irp i, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23\n\t" \
+      INSTRUCTION " %%zmm25, %%zmm24, %%zmm\\i\n\t.endr\n\t"                                             \
+      "dec %%rcx\n\tjnz 1b\n\t"                                                                          \
+      "vmovd %%xmm0, %[r]"                                                                               \
+      : [r] "=r"(lane0)                                                                                  \
+      : [a] "m"(a), [b] "m"(b), [n] "r"(kPeakIterations)                                                 \
+      : "rcx", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",        \
+        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20",   \
+        "xmm21", "xmm22", "xmm23", "xmm24", "xmm25")
   if (int8) {
-    asm volatile(
-        "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
-        "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
-        "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"
-        "vpxord %%zmm3, %%zmm3, %%zmm3\n\t"
-        "vpxord %%zmm4, %%zmm4, %%zmm4\n\t"
-        "vpxord %%zmm5, %%zmm5, %%zmm5\n\t"
-        "vpxord %%zmm6, %%zmm6, %%zmm6\n\t"
-        "vpxord %%zmm7, %%zmm7, %%zmm7\n\t"
-        "vpxord %%zmm8, %%zmm8, %%zmm8\n\t"
-        "vpxord %%zmm9, %%zmm9, %%zmm9\n\t"
-        "vpxord %%zmm10, %%zmm10, %%zmm10\n\t"
-        "vpxord %%zmm11, %%zmm11, %%zmm11\n\t"
-        "vpxord %%zmm12, %%zmm12, %%zmm12\n\t"
-        "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-        "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
-        "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
-        "vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
-        "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
-        "vpxord %%zmm18, %%zmm18, %%zmm18\n\t"
-        "vpxord %%zmm19, %%zmm19, %%zmm19\n\t"
-        "vpxord %%zmm20, %%zmm20, %%zmm20\n\t"
-        "vpxord %%zmm21, %%zmm21, %%zmm21\n\t"
-        "vpxord %%zmm22, %%zmm22, %%zmm22\n\t"
-        "vpxord %%zmm23, %%zmm23, %%zmm23\n\t"
-        "vmovdqu64 %[a], %%zmm24\n\t"
-        "vmovdqu64 %[b], %%zmm25\n\t"
-        "mov %[n], %%rcx\n\t"
-        "1:\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm0\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm1\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm2\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm3\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm4\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm5\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm6\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm7\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm8\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm9\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm10\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm11\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm12\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm13\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm14\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm15\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm16\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm17\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm18\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm19\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm20\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm21\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm22\n\t"
-        "vpdpbusd %%zmm25, %%zmm24, %%zmm23\n\t"
-        "dec %%rcx\n\t"
-        "jnz 1b\n\t"
-        "vmovd %%xmm0, %[r]"
-        : [r] "=r"(lane0)
-        : [a] "m"(a), [b] "m"(b), [n] "r"(kPeakIterations)
-        : "rcx", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25");
+    MOE_PEAK_LOOP("vpdpbusd");
   } else {
-    asm volatile(
-        "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
-        "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
-        "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"
-        "vpxord %%zmm3, %%zmm3, %%zmm3\n\t"
-        "vpxord %%zmm4, %%zmm4, %%zmm4\n\t"
-        "vpxord %%zmm5, %%zmm5, %%zmm5\n\t"
-        "vpxord %%zmm6, %%zmm6, %%zmm6\n\t"
-        "vpxord %%zmm7, %%zmm7, %%zmm7\n\t"
-        "vpxord %%zmm8, %%zmm8, %%zmm8\n\t"
-        "vpxord %%zmm9, %%zmm9, %%zmm9\n\t"
-        "vpxord %%zmm10, %%zmm10, %%zmm10\n\t"
-        "vpxord %%zmm11, %%zmm11, %%zmm11\n\t"
-        "vpxord %%zmm12, %%zmm12, %%zmm12\n\t"
-        "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-        "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
-        "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
-        "vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
-        "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
-        "vpxord %%zmm18, %%zmm18, %%zmm18\n\t"
-        "vpxord %%zmm19, %%zmm19, %%zmm19\n\t"
-        "vpxord %%zmm20, %%zmm20, %%zmm20\n\t"
-        "vpxord %%zmm21, %%zmm21, %%zmm21\n\t"
-        "vpxord %%zmm22, %%zmm22, %%zmm22\n\t"
-        "vpxord %%zmm23, %%zmm23, %%zmm23\n\t"
-        "vmovdqu64 %[a], %%zmm24\n\t"
-        "vmovdqu64 %[b], %%zmm25\n\t"
-        "mov %[n], %%rcx\n\t"
-        "1:\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm0\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm1\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm2\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm3\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm4\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm5\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm6\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm7\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm8\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm9\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm10\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm11\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm12\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm13\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm14\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm15\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm16\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm17\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm18\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm19\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm20\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm21\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm22\n\t"
-        "vdpbf16ps %%zmm25, %%zmm24, %%zmm23\n\t"
-        "dec %%rcx\n\t"
-        "jnz 1b\n\t"
-        "vmovd %%xmm0, %[r]"
-        : [r] "=r"(lane0)
-        : [a] "m"(a), [b] "m"(b), [n] "r"(kPeakIterations)
-        : "rcx", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25");
+    MOE_PEAK_LOOP("vdpbf16ps");
   }
+#undef MOE_PEAK_LOOP
   return static_cast<float>(lane0);
 }
 #pragma GCC diagnostic pop

@@ -50,227 +50,71 @@ inline __m512 silu_mul_ps(__m512 g, __m512 u) {
 }
 
 // The int8 k-loop of a panel of N = 5 or 6 tokens: acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p].
-// NOTE: one asm statement owning zmm0-28 (4N accumulators, the block's 4 weight vectors in zmm24-27, a
-// broadcast in zmm28), the sums left in `acc`: with intrinsics GCC kept moving the accumulators between
-// registers (48 zmm moves and 19 stack accesses a k-step at N = 6), which compete with vpdpbusd for the
-// vector ports: int8 ran at ~2/3 of its peak where compute-bound (bench/RESULTS.md, 6th session).
+// NOTE: one asm statement owning zmm0-28 (token n's 4 accumulators in zmm4n..4n+3, the block's 4 weight
+// vectors in zmm24-27, a broadcast in zmm28), the sums stored token-major after the loop: with intrinsics
+// GCC kept moving the accumulators between registers (48 zmm moves and 19 stack accesses a k-step at N = 6),
+// which compete with vpdpbusd for the vector ports: int8 ran at about half the speed where compute-bound
+// (bench/RESULTS.md, 6th session). The assembler's .irp and a macro (moe_token, purged at the end so that
+// every inlined copy may define it) write out the repetition.
 struct DotInt8Args {
   const void* w;  // the block stream
   int64_t steps;  // k quads
   const uint32_t* x[6];
 };
+// Token n of the panel: its quad pointer's register and its 4 accumulators' numbers.
+#define MOE_INT8_TOKEN(ptr, accumulators) "moe_token " ptr ", " accumulators "\n\t"
+#define MOE_INT8_LOOP(TOKENS, ACCUMULATORS, out)                                                          \
+  asm volatile(                                                                                          \
+      ".macro moe_token ptr, a0, a1, a2, a3\n\t"                                                         \
+      "vpbroadcastd (\\ptr,%%rdx,4), %%zmm28\n\t"                                                        \
+      "vpdpbusd %%zmm24, %%zmm28, %%zmm\\a0\n\t"                                                         \
+      "vpdpbusd %%zmm25, %%zmm28, %%zmm\\a1\n\t"                                                         \
+      "vpdpbusd %%zmm26, %%zmm28, %%zmm\\a2\n\t"                                                         \
+      "vpdpbusd %%zmm27, %%zmm28, %%zmm\\a3\n\t"                                                         \
+      ".endm\n\t"                                                                                        \
+      ".irp i, " ACCUMULATORS "\n\tvpxord %%zmm\\i, %%zmm\\i, %%zmm\\i\n\t.endr\n\t"                    \
+      "mov 0(%[a]), %%rax\n\tmov 8(%[a]), %%rcx\n\t"                                                     \
+      "mov 16(%[a]), %%r8\n\tmov 24(%[a]), %%r9\n\tmov 32(%[a]), %%r10\n\t"                              \
+      "mov 40(%[a]), %%r11\n\tmov 48(%[a]), %%r12\n\tmov 56(%[a]), %%r13\n\t"                            \
+      "xor %%edx, %%edx\n\ttest %%rcx, %%rcx\n\tjz 2f\n\t"                                               \
+      "1:\n\t"                                                                                           \
+      ".irp l, 0, 1, 2, 3\n\tprefetcht0 4096+64*\\l(%%rax)\n\t.endr\n\t"                                 \
+      "vmovdqu64 0(%%rax), %%zmm24\n\tvmovdqu64 64(%%rax), %%zmm25\n\t"                                  \
+      "vmovdqu64 128(%%rax), %%zmm26\n\tvmovdqu64 192(%%rax), %%zmm27\n\t" TOKENS                        \
+      "add $256, %%rax\n\tinc %%rdx\n\tcmp %%rcx, %%rdx\n\tjne 1b\n\t"                                   \
+      "2:\n\t"                                                                                           \
+      ".irp i, " ACCUMULATORS "\n\tvmovdqu64 %%zmm\\i, 64*\\i(%[o])\n\t.endr\n\t"                       \
+      ".purgem moe_token"                                                                                \
+      :                                                                                                  \
+      : [a] "r"(&a), [o] "r"(out)                                                                        \
+      : "rax", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "cc", "memory", "xmm0", "xmm1",       \
+        "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13",   \
+        "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24",   \
+        "xmm25", "xmm26", "xmm27", "xmm28")
+
 template <int N>
-[[gnu::always_inline]] inline void dot_int8_asm(__m512i (&acc)[kTiles][N], const DotInt8Args& a);
-
-template <>
-[[gnu::always_inline]] inline void dot_int8_asm<5>(__m512i (&acc)[kTiles][5], const DotInt8Args& a) {
-  asm volatile(
-      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
-      "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
-      "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"
-      "vpxord %%zmm3, %%zmm3, %%zmm3\n\t"
-      "vpxord %%zmm4, %%zmm4, %%zmm4\n\t"
-      "vpxord %%zmm5, %%zmm5, %%zmm5\n\t"
-      "vpxord %%zmm6, %%zmm6, %%zmm6\n\t"
-      "vpxord %%zmm7, %%zmm7, %%zmm7\n\t"
-      "vpxord %%zmm8, %%zmm8, %%zmm8\n\t"
-      "vpxord %%zmm9, %%zmm9, %%zmm9\n\t"
-      "vpxord %%zmm10, %%zmm10, %%zmm10\n\t"
-      "vpxord %%zmm11, %%zmm11, %%zmm11\n\t"
-      "vpxord %%zmm12, %%zmm12, %%zmm12\n\t"
-      "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-      "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
-      "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
-      "vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
-      "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
-      "vpxord %%zmm18, %%zmm18, %%zmm18\n\t"
-      "vpxord %%zmm19, %%zmm19, %%zmm19\n\t"
-      "mov 0(%[a]), %%rax\n\t"
-      "mov 8(%[a]), %%rcx\n\t"
-      "mov 16(%[a]), %%r8\n\t"
-      "mov 24(%[a]), %%r9\n\t"
-      "mov 32(%[a]), %%r10\n\t"
-      "mov 40(%[a]), %%r11\n\t"
-      "mov 48(%[a]), %%r12\n\t"
-      "xor %%edx, %%edx\n\t"
-      "test %%rcx, %%rcx\n\t"
-      "jz 2f\n\t"
-      "1:\n\t"
-      "prefetcht0 4096(%%rax)\n\t"
-      "prefetcht0 4160(%%rax)\n\t"
-      "prefetcht0 4224(%%rax)\n\t"
-      "prefetcht0 4288(%%rax)\n\t"
-      "vmovdqu64 0(%%rax), %%zmm24\n\t"
-      "vmovdqu64 64(%%rax), %%zmm25\n\t"
-      "vmovdqu64 128(%%rax), %%zmm26\n\t"
-      "vmovdqu64 192(%%rax), %%zmm27\n\t"
-      "vpbroadcastd (%%r8,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm0\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm1\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm2\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm3\n\t"
-      "vpbroadcastd (%%r9,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm4\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm5\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm6\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm7\n\t"
-      "vpbroadcastd (%%r10,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm8\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm9\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm10\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm11\n\t"
-      "vpbroadcastd (%%r11,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm12\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm13\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm14\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm15\n\t"
-      "vpbroadcastd (%%r12,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm16\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm17\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm18\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm19\n\t"
-      "add $256, %%rax\n\t"
-      "inc %%rdx\n\t"
-      "cmp %%rcx, %%rdx\n\t"
-      "jne 1b\n\t"
-      "2:\n\t"
-      "vmovdqu64 %%zmm0, 0(%[out])\n\t"
-      "vmovdqu64 %%zmm1, 320(%[out])\n\t"
-      "vmovdqu64 %%zmm2, 640(%[out])\n\t"
-      "vmovdqu64 %%zmm3, 960(%[out])\n\t"
-      "vmovdqu64 %%zmm4, 64(%[out])\n\t"
-      "vmovdqu64 %%zmm5, 384(%[out])\n\t"
-      "vmovdqu64 %%zmm6, 704(%[out])\n\t"
-      "vmovdqu64 %%zmm7, 1024(%[out])\n\t"
-      "vmovdqu64 %%zmm8, 128(%[out])\n\t"
-      "vmovdqu64 %%zmm9, 448(%[out])\n\t"
-      "vmovdqu64 %%zmm10, 768(%[out])\n\t"
-      "vmovdqu64 %%zmm11, 1088(%[out])\n\t"
-      "vmovdqu64 %%zmm12, 192(%[out])\n\t"
-      "vmovdqu64 %%zmm13, 512(%[out])\n\t"
-      "vmovdqu64 %%zmm14, 832(%[out])\n\t"
-      "vmovdqu64 %%zmm15, 1152(%[out])\n\t"
-      "vmovdqu64 %%zmm16, 256(%[out])\n\t"
-      "vmovdqu64 %%zmm17, 576(%[out])\n\t"
-      "vmovdqu64 %%zmm18, 896(%[out])\n\t"
-      "vmovdqu64 %%zmm19, 1216(%[out])"
-      :
-      : [a] "r"(&a), [out] "r"(&acc[0][0])
-      : "rax", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "cc", "memory",
-        "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28");
+[[gnu::always_inline]] inline void dot_int8_asm(__m512i (&acc)[kTiles][N], const DotInt8Args& a) {
+  static_assert(N == 5 || N == 6, "the asm k-loop takes panels of 5 or 6 tokens");
+  __m512i token_major[N][kTiles];
+  if constexpr (N == 5) {
+    MOE_INT8_LOOP(MOE_INT8_TOKEN("%%r8", "0, 1, 2, 3") MOE_INT8_TOKEN("%%r9", "4, 5, 6, 7")
+                      MOE_INT8_TOKEN("%%r10", "8, 9, 10, 11") MOE_INT8_TOKEN("%%r11", "12, 13, 14, 15")
+                          MOE_INT8_TOKEN("%%r12", "16, 17, 18, 19"),
+                  "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19", token_major);
+  } else {
+    MOE_INT8_LOOP(MOE_INT8_TOKEN("%%r8", "0, 1, 2, 3") MOE_INT8_TOKEN("%%r9", "4, 5, 6, 7")
+                      MOE_INT8_TOKEN("%%r10", "8, 9, 10, 11") MOE_INT8_TOKEN("%%r11", "12, 13, 14, 15")
+                          MOE_INT8_TOKEN("%%r12", "16, 17, 18, 19") MOE_INT8_TOKEN("%%r13", "20, 21, 22, 23"),
+                  "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23",
+                  token_major);
+  }
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n)
+#pragma GCC unroll 4
+    for (int r = 0; r < kTiles; ++r) acc[r][n] = token_major[n][r];
 }
-
-template <>
-[[gnu::always_inline]] inline void dot_int8_asm<6>(__m512i (&acc)[kTiles][6], const DotInt8Args& a) {
-  asm volatile(
-      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
-      "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
-      "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"
-      "vpxord %%zmm3, %%zmm3, %%zmm3\n\t"
-      "vpxord %%zmm4, %%zmm4, %%zmm4\n\t"
-      "vpxord %%zmm5, %%zmm5, %%zmm5\n\t"
-      "vpxord %%zmm6, %%zmm6, %%zmm6\n\t"
-      "vpxord %%zmm7, %%zmm7, %%zmm7\n\t"
-      "vpxord %%zmm8, %%zmm8, %%zmm8\n\t"
-      "vpxord %%zmm9, %%zmm9, %%zmm9\n\t"
-      "vpxord %%zmm10, %%zmm10, %%zmm10\n\t"
-      "vpxord %%zmm11, %%zmm11, %%zmm11\n\t"
-      "vpxord %%zmm12, %%zmm12, %%zmm12\n\t"
-      "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-      "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
-      "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
-      "vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
-      "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
-      "vpxord %%zmm18, %%zmm18, %%zmm18\n\t"
-      "vpxord %%zmm19, %%zmm19, %%zmm19\n\t"
-      "vpxord %%zmm20, %%zmm20, %%zmm20\n\t"
-      "vpxord %%zmm21, %%zmm21, %%zmm21\n\t"
-      "vpxord %%zmm22, %%zmm22, %%zmm22\n\t"
-      "vpxord %%zmm23, %%zmm23, %%zmm23\n\t"
-      "mov 0(%[a]), %%rax\n\t"
-      "mov 8(%[a]), %%rcx\n\t"
-      "mov 16(%[a]), %%r8\n\t"
-      "mov 24(%[a]), %%r9\n\t"
-      "mov 32(%[a]), %%r10\n\t"
-      "mov 40(%[a]), %%r11\n\t"
-      "mov 48(%[a]), %%r12\n\t"
-      "mov 56(%[a]), %%r13\n\t"
-      "xor %%edx, %%edx\n\t"
-      "test %%rcx, %%rcx\n\t"
-      "jz 2f\n\t"
-      "1:\n\t"
-      "prefetcht0 4096(%%rax)\n\t"
-      "prefetcht0 4160(%%rax)\n\t"
-      "prefetcht0 4224(%%rax)\n\t"
-      "prefetcht0 4288(%%rax)\n\t"
-      "vmovdqu64 0(%%rax), %%zmm24\n\t"
-      "vmovdqu64 64(%%rax), %%zmm25\n\t"
-      "vmovdqu64 128(%%rax), %%zmm26\n\t"
-      "vmovdqu64 192(%%rax), %%zmm27\n\t"
-      "vpbroadcastd (%%r8,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm0\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm1\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm2\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm3\n\t"
-      "vpbroadcastd (%%r9,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm4\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm5\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm6\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm7\n\t"
-      "vpbroadcastd (%%r10,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm8\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm9\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm10\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm11\n\t"
-      "vpbroadcastd (%%r11,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm12\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm13\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm14\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm15\n\t"
-      "vpbroadcastd (%%r12,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm16\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm17\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm18\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm19\n\t"
-      "vpbroadcastd (%%r13,%%rdx,4), %%zmm28\n\t"
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm20\n\t"
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm21\n\t"
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm22\n\t"
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm23\n\t"
-      "add $256, %%rax\n\t"
-      "inc %%rdx\n\t"
-      "cmp %%rcx, %%rdx\n\t"
-      "jne 1b\n\t"
-      "2:\n\t"
-      "vmovdqu64 %%zmm0, 0(%[out])\n\t"
-      "vmovdqu64 %%zmm1, 384(%[out])\n\t"
-      "vmovdqu64 %%zmm2, 768(%[out])\n\t"
-      "vmovdqu64 %%zmm3, 1152(%[out])\n\t"
-      "vmovdqu64 %%zmm4, 64(%[out])\n\t"
-      "vmovdqu64 %%zmm5, 448(%[out])\n\t"
-      "vmovdqu64 %%zmm6, 832(%[out])\n\t"
-      "vmovdqu64 %%zmm7, 1216(%[out])\n\t"
-      "vmovdqu64 %%zmm8, 128(%[out])\n\t"
-      "vmovdqu64 %%zmm9, 512(%[out])\n\t"
-      "vmovdqu64 %%zmm10, 896(%[out])\n\t"
-      "vmovdqu64 %%zmm11, 1280(%[out])\n\t"
-      "vmovdqu64 %%zmm12, 192(%[out])\n\t"
-      "vmovdqu64 %%zmm13, 576(%[out])\n\t"
-      "vmovdqu64 %%zmm14, 960(%[out])\n\t"
-      "vmovdqu64 %%zmm15, 1344(%[out])\n\t"
-      "vmovdqu64 %%zmm16, 256(%[out])\n\t"
-      "vmovdqu64 %%zmm17, 640(%[out])\n\t"
-      "vmovdqu64 %%zmm18, 1024(%[out])\n\t"
-      "vmovdqu64 %%zmm19, 1408(%[out])\n\t"
-      "vmovdqu64 %%zmm20, 320(%[out])\n\t"
-      "vmovdqu64 %%zmm21, 704(%[out])\n\t"
-      "vmovdqu64 %%zmm22, 1088(%[out])\n\t"
-      "vmovdqu64 %%zmm23, 1472(%[out])"
-      :
-      : [a] "r"(&a), [out] "r"(&acc[0][0])
-      : "rax", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "cc", "memory",
-        "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28");
-}
+#undef MOE_INT8_LOOP
+#undef MOE_INT8_TOKEN
 
 // acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs (bf16) or quads (int8).
 template <int N, bool kBf16, class W>
