@@ -38,8 +38,9 @@ constexpr int kChains = 24;
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vnni")
 // kPeakIterations rounds of kChains independent dot instructions (vpdpbusd, or vdpbf16ps), 24 accumulator
 // registers and two constant sources. NOTE: an asm loop: written with intrinsics (both kinds in one
-// function), GCC kept 6 accumulators in registers and the rest on the stack, and the probe reported ~2/3
-// of the int8 rate that the expert kernels then exceeded (bench/RESULTS.md, 6th session).
+// function), GCC kept 6 accumulators in registers and the rest on the stack, and the int8 probe reported
+// about half the true rate (711 against 1,448 GOP/s), below what the expert kernels reached (952 GOP/s;
+// bench/RESULTS.md, 6th session).
 float peak_loop_avx512(bool int8) {
   static_assert(kChains == 24, "the asm below runs 24 chains");
   int lane0 = 0;  // the first accumulator's first lane: what the caller keeps so the work is not dropped

@@ -53,7 +53,7 @@ inline __m512 silu_mul_ps(__m512 g, __m512 u) {
 // NOTE: one asm statement owning zmm0-28 (token n's 4 accumulators in zmm4n..4n+3, the block's 4 weight
 // vectors in zmm24-27, a broadcast in zmm28), the sums stored token-major after the loop: with intrinsics
 // GCC kept moving the accumulators between registers (48 zmm moves and 19 stack accesses a k-step at N = 6),
-// which compete with vpdpbusd for the vector ports: int8 ran at about half the speed where compute-bound
+// which compete with vpdpbusd for the vector ports: int8 ran 1.4-1.9x slower where compute-bound
 // (bench/RESULTS.md, 6th session). The assembler's .irp and a macro (moe_token, purged at the end so that
 // every inlined copy may define it) write out the repetition.
 struct DotInt8Args {
@@ -120,15 +120,15 @@ template <int N>
 template <int N, bool kBf16, class W>
 [[gnu::always_inline]] inline void dot_block(const W* w, int64_t k_steps, const uint32_t* const* x_in,
                                              __m512i (&acc)[kTiles][N]) {
-  const uint32_t* x[N];
-#pragma GCC unroll 8
-  for (int n = 0; n < N; ++n) x[n] = x_in[n];
   if constexpr (!kBf16 && N >= 5) {
     static_assert(kPrefetchBytes == 4096, "dot_int8_asm prefetches 4 KiB ahead");
     DotInt8Args args{.w = w, .steps = k_steps, .x = {}};
-    for (int n = 0; n < N; ++n) args.x[n] = x[n];
+    for (int n = 0; n < N; ++n) args.x[n] = x_in[n];
     dot_int8_asm<N>(acc, args);
   } else {
+    const uint32_t* x[N];
+#pragma GCC unroll 8
+    for (int n = 0; n < N; ++n) x[n] = x_in[n];
 #pragma GCC unroll 8
     for (int r = 0; r < kTiles; ++r)
 #pragma GCC unroll 8
