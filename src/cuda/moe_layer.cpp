@@ -29,14 +29,14 @@ struct CudaMoeLayer::State {
   DeviceBuffer<float> bias;    // [E]
   DeviceBuffer<bf16> w13, w2, shared_w13, shared_w2;
   // workspace
-  RouterGemm router_gemm;  // the router past kFusedRouterMaxTokens
+  RouterGemm router_gemm;  // the router of the batches fused_router_takes leaves
   DeviceBuffer<float> logits;
   PermuteWorkspace permute;
   DeviceBuffer<int32_t> ints;  // the other int32 scratch arrays, carved below
   DeviceBuffer<bf16> act, rows_out, shared_act, shared_out;
   DeviceBuffer<bf16> gathered;  // [max_rows, H] token rows in expert order, for the wgmma kernel's TMA loads
   DeviceBuffer<int32_t> wgmma_scheduler;  // the wgmma kernels' work-unit queue (all launches of this layer)
-  unsigned* arrivals = nullptr;  // [max_tokens] counters of the fused router, zero between launches
+  unsigned* arrivals = nullptr;  // [max_tokens] counters of the fused router (one per 8 tokens), zero between launches
   int32_t *shared_offsets = nullptr, *shared_counts = nullptr, *shared_tile_expert = nullptr,
           *shared_tile_row = nullptr, *shared_n_tiles = nullptr;
   int64_t max_rows = 0, last_capacity = -1;
@@ -74,7 +74,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   if (gated) std::copy_n(weights.shared_gate.to_f32().data_as<float>(), H, router.begin() + E * H);
   s.router = DeviceBuffer<float>(router.size());
   s.router.upload(router.data(), router.size());
-  if (options.max_tokens > kFusedRouterMaxTokens) s.router_gemm = RouterGemm(router.data(), s.router_rows, H);
+  if (!fused_router_takes(options.max_tokens, s.router_rows, H)) s.router_gemm = RouterGemm(router.data(), s.router_rows, H);
   if (weights.correction_bias.defined()) {
     s.bias = DeviceBuffer<float>(E);
     s.bias.upload(weights.correction_bias.to_f32().data_as<float>(), E);
@@ -161,9 +161,9 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
     return;
   }
 
-  // Router: logits = x · Wᵀ in fp32, then scores and top-k. Decode batches take one fused launch; larger
+  // Router: logits = x · Wᵀ in fp32, then scores and top-k. Small batches take one fused launch; larger
   // ones RouterGemm (the gate stays fp32: a bf16 gate would flip top-k choices).
-  if (T <= kFusedRouterMaxTokens) {
+  if (fused_router_takes(T, s.router_rows, s.H)) {
     router_fused(s.config.router, x, s.H, s.router.get(), s.router_rows, s.bias.get(), T, s.logits.get(),
                  s.arrivals, topk_ids, topk_weights, stream);
   } else {

@@ -2,9 +2,11 @@
 // router_select.cuh, shared with the fused decode kernel).
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cfloat>
 
 #include "launch.h"
+#include "moe/core/env.h"
 #include "router_select.cuh"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
@@ -28,60 +30,82 @@ static __global__ void router_topk_kernel(RouterParams p, const float* __restric
               topk_weights + t * p.top_k);
 }
 
-// Decode: logits and top-k in one launch. Block (t, b) computes the logits of gate rows [2b, 2b + 2) for
-// token t, four warps a row (fp32, x read as bf16), so that a small gate is still read by many blocks;
-// the last block of a token to finish (a counter per token, reset by that block, so graphs can replay)
-// selects the top-k.
-constexpr int kRowsPerBlock = 2, kWarpsPerRow = 4;
+// Small batches: logits and top-k in one launch. Block (g, b) computes the logits of gate rows
+// [rows_per_block * b, rows_per_block * (b + 1)) for the tokens [8g, 8g + 8), the block's 8 warps split
+// evenly over its rows and each row's H (fp32, x read as bf16): each gate chunk is loaded once for the
+// block's 8 tokens and each x chunk once for its rows (through L1). The last block of a token group to
+// finish (a counter per group, reset by that block, so graphs can replay) selects the group's top-k, a warp
+// a token.
+// NOTE: a block per token (the first version) read the gate T times from L2 and took 12 / 22 us at Qwen3
+// T = 16 / 64 (ncu, bench/RESULTS.md 7th session); up to T = 128 this kernel now also replaces RouterGemm
+// for small gates (fused_router_takes).
+constexpr int kTokensPerBlock = 8, kFusedWarps = 8, kFusedThreads = kFusedWarps * 32;
+static_assert(kFusedWarps >= kTokensPerBlock, "one selecting warp per token of a group");
 
-static __global__ void __launch_bounds__(kRowsPerBlock * kWarpsPerRow * 32)
-    router_fused_kernel(RouterParams p, const bf16* __restrict__ x, int64_t hidden, const float* __restrict__ gate,
-                        int64_t gate_rows, const float* __restrict__ bias, float* __restrict__ logits,
-                        unsigned* __restrict__ arrivals, int32_t* __restrict__ topk_ids,
-                        float* __restrict__ topk_weights) {
-  extern __shared__ float shared[];  // choice [E], score [E] for the selecting warp
-  __shared__ float partial[kRowsPerBlock * kWarpsPerRow];
+static __global__ void __launch_bounds__(kFusedThreads)
+    router_fused_kernel(RouterParams p, const bf16* __restrict__ x, int64_t hidden, int64_t n_tokens,
+                        const float* __restrict__ gate, int64_t gate_rows, int rows_per_block,
+                        const float* __restrict__ bias, float* __restrict__ logits, unsigned* __restrict__ arrivals,
+                        int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights) {
+  extern __shared__ float shared[];  // per selecting warp: choice [E], score [E]
+  __shared__ float partial[kFusedWarps][kTokensPerBlock];
   wait_for_prior_grids();  // x may come from the previous kernel
   allow_dependent_launch();
-  const int64_t t = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = int64_t{blockIdx.y} * kRowsPerBlock + warp / kWarpsPerRow;
-  float sum = 0.0f;
+  const int64_t t0 = int64_t{blockIdx.x} * kTokensPerBlock;
+  const int tokens = static_cast<int>(min(int64_t{kTokensPerBlock}, n_tokens - t0));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps_per_row = kFusedWarps / rows_per_block;
+  const int64_t row = int64_t{blockIdx.y} * rows_per_block + warp / warps_per_row;
+  float sum[kTokensPerBlock] = {};
   if (row < gate_rows) {
-    const bf16* xt = x + t * hidden;
+    const bf16* xg = x + t0 * hidden;
     const float* g = gate + row * hidden;
-    for (int64_t h = ((warp % kWarpsPerRow) * 32 + lane) * 8; h < hidden; h += kWarpsPerRow * 32 * 8) {
-      const uint4 packed = *reinterpret_cast<const uint4*>(xt + h);  // 8 bf16 of x, 8 floats of the gate
-      const auto* xv = reinterpret_cast<const __nv_bfloat162*>(&packed);
+#pragma unroll 2
+    for (int64_t h = ((warp % warps_per_row) * 32 + lane) * 8; h < hidden; h += warps_per_row * 32 * 8) {
       const float4 g0 = *reinterpret_cast<const float4*>(g + h), g1 = *reinterpret_cast<const float4*>(g + h + 4);
-      const float2 x0 = __bfloat1622float2(xv[0]), x1 = __bfloat1622float2(xv[1]);
-      const float2 x2 = __bfloat1622float2(xv[2]), x3 = __bfloat1622float2(xv[3]);
-      sum += x0.x * g0.x + x0.y * g0.y + x1.x * g0.z + x1.y * g0.w + x2.x * g1.x + x2.y * g1.y + x3.x * g1.z +
-             x3.y * g1.w;
+      // NOTE: every token's x is loaded before any is used (predicated, no early exit): with a branch per
+      // token the loads went out one L2 round trip at a time (21.5 us at Qwen3 T = 16).
+      uint4 packed[kTokensPerBlock];
+#pragma unroll
+      for (int t = 0; t < kTokensPerBlock; ++t)
+        packed[t] = t < tokens ? *reinterpret_cast<const uint4*>(xg + t * hidden + h) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int t = 0; t < kTokensPerBlock; ++t) {
+        const auto* xv = reinterpret_cast<const __nv_bfloat162*>(&packed[t]);
+        const float2 x0 = __bfloat1622float2(xv[0]), x1 = __bfloat1622float2(xv[1]);
+        const float2 x2 = __bfloat1622float2(xv[2]), x3 = __bfloat1622float2(xv[3]);
+        sum[t] += x0.x * g0.x + x0.y * g0.y + x1.x * g0.z + x1.y * g0.w + x2.x * g1.x + x2.y * g1.y +
+                  x3.x * g1.z + x3.y * g1.w;
+      }
     }
   }
-  sum = warp_sum(sum);
-  if (lane == 0) partial[warp] = sum;
+#pragma unroll
+  for (int t = 0; t < kTokensPerBlock; ++t) {
+    const float s = warp_sum(sum[t]);
+    if (lane == 0) partial[warp][t] = s;
+  }
   __syncthreads();
-  if (threadIdx.x < kRowsPerBlock) {
-    const int64_t r = int64_t{blockIdx.y} * kRowsPerBlock + threadIdx.x;
+  if (threadIdx.x < rows_per_block * kTokensPerBlock) {
+    const int local_row = threadIdx.x / kTokensPerBlock, t = threadIdx.x % kTokensPerBlock;
+    const int64_t r = int64_t{blockIdx.y} * rows_per_block + local_row;
     float total = 0.0f;
-    for (int w = 0; w < kWarpsPerRow; ++w) total += partial[threadIdx.x * kWarpsPerRow + w];
-    if (r < gate_rows) logits[t * gate_rows + r] = total;
+    for (int w = 0; w < warps_per_row; ++w) total += partial[local_row * warps_per_row + w][t];
+    if (r < gate_rows && t < tokens) logits[(t0 + t) * gate_rows + r] = total;
   }
   // NOTE: classic last-block pattern: publish the logits, then count arrivals; the last block sees all.
   __threadfence();
   __syncthreads();
   __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(&arrivals[t], 1u) == gridDim.y - 1;
+  if (threadIdx.x == 0) last = atomicAdd(&arrivals[blockIdx.x], 1u) == gridDim.y - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (warp == 0) {
-    const float* lt = logits + t * gate_rows;
-    select_topk(p, lt, bias, shared, shared + p.n_experts, topk_ids + t * p.top_k, topk_weights + t * p.top_k);
-    if (lane == 0) arrivals[t] = 0;
+  if (warp < tokens) {
+    const int64_t t = t0 + warp;
+    float* choice = shared + warp * 2 * p.n_experts;
+    select_topk(p, logits + t * gate_rows, bias, choice, choice + p.n_experts, topk_ids + t * p.top_k,
+                topk_weights + t * p.top_k);
   }
+  if (threadIdx.x == 0) arrivals[blockIdx.x] = 0;
 }
 
 static __global__ void f32_to_bf16_kernel(const float* __restrict__ x, bf16* __restrict__ y, int64_t n) {
@@ -123,9 +147,29 @@ void router_fused(const routing::RouterConfig& c, const bf16* x, int64_t hidden,
   const RouterParams p{.method = c.method, .n_experts = c.n_experts, .top_k = c.top_k, .n_group = c.n_group,
                        .topk_group = c.topk_group, .norm_topk_prob = c.norm_topk_prob,
                        .routed_scaling_factor = c.routed_scaling_factor};
-  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>((gate_rows + kRowsPerBlock - 1) / kRowsPerBlock));
-  launch_dependent(router_fused_kernel, grid, dim3(kRowsPerBlock * kWarpsPerRow * 32), 2 * c.n_experts * sizeof(float),
-                   stream, p, x, hidden, gate, gate_rows, correction_bias, logits, arrivals, topk_ids, topk_weights);
+  // NOTE: large gates (Qwen3, DeepSeek-V3) take 2 rows a block (x read from L2 once per 2 rows, 4 warps a
+  // row), small ones (Mixtral's 8 rows) one row a block over all 8 warps, so that more blocks share the
+  // work. Measured on Qwen3 T = 16..128 (bench/RESULTS.md, 7th session): 2 rows within 1 us of the best
+  // of 1, 2, 4 and 8 at every T; 8 rows 7-11 us slower at T = 16 and 32.
+  static const int64_t forced_rows = env_integer("MOE_ROUTER_ROWS_PER_BLOCK", 0, 8, "gate rows per block of the "
+                                                 "fused router (1, 2, 4 or 8; 0: by size)").value_or(0);
+  const int rows_per_block = forced_rows > 0 ? static_cast<int>(forced_rows) : gate_rows >= 64 ? 2 : 1;
+  MOE_CUDA_REQUIRE(kFusedWarps % rows_per_block == 0, "the fused router's rows per block must divide 8");
+  const dim3 grid(static_cast<unsigned>((n_tokens + kTokensPerBlock - 1) / kTokensPerBlock),
+                  static_cast<unsigned>((gate_rows + rows_per_block - 1) / rows_per_block));
+  const size_t shared_bytes = size_t{kTokensPerBlock} * 2 * c.n_experts * sizeof(float);  // up to 64 KB
+  // NOTE: the shared-memory attribute belongs to the kernel on one device: set once per device.
+  static std::atomic<uint64_t> configured_devices{0};
+  int device = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device % 64);
+  if (!(configured_devices.load() & bit)) {
+    MOE_CUDA_CHECK(cudaFuncSetAttribute(router_fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(size_t{kTokensPerBlock} * 2 * 1024 * sizeof(float))));
+    configured_devices.fetch_or(bit);
+  }
+  launch_dependent(router_fused_kernel, grid, dim3(kFusedThreads), shared_bytes, stream, p, x, hidden, n_tokens, gate,
+                   gate_rows, rows_per_block, correction_bias, logits, arrivals, topk_ids, topk_weights);
 }
 
 void f32_to_bf16(const float* x, bf16* x_bf16, int64_t n, cudaStream_t stream) {

@@ -26,9 +26,9 @@ void router_topk(const routing::RouterConfig& config, const float* logits, int64
                  const float* correction_bias, int64_t n_tokens, int32_t* topk_ids, float* topk_weights,
                  cudaStream_t stream);
 
-// Decode path: the gate GEMV (fp32 gate [gate_rows, hidden], x bf16 [T, hidden]) and the top-k in one
+// Small batches: the gate GEMV (fp32 gate [gate_rows, hidden], x bf16 [T, hidden]) and the top-k in one
 // launch; logits [T, gate_rows] are written too (the Qwen2 shared-expert gate logit is row E).
-// arrivals [T] must be zero before the first call (the kernel leaves it zero).
+// arrivals [ceil(T / 8)] must be zero before the first call (the kernel leaves it zero).
 void router_fused(const routing::RouterConfig& config, const bf16* x, int64_t hidden, const float* gate,
                   int64_t gate_rows, const float* correction_bias, int64_t n_tokens, float* logits,
                   unsigned* arrivals, int32_t* topk_ids, float* topk_weights, cudaStream_t stream);

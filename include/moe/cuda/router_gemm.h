@@ -15,8 +15,18 @@
 namespace moe::cuda {
 
 // Up to this many tokens a layer routes in one fused launch (router_fused); past it, RouterGemm then
-// router_topk.
+// router_topk, unless the gate is small enough for fused_router_takes.
 inline constexpr int64_t kFusedRouterMaxTokens = 64;
+
+// Whether a layer routes T tokens through router_fused: up to kFusedRouterMaxTokens always, and up to 128
+// while T * gate_rows * hidden stays within 2^25 multiply-adds (Qwen3-30B-A3B and Mixtral, not DeepSeek-V3).
+// NOTE: RouterGemm's three cuBLAS GEMMs and its top-k launch took ~26 us at Qwen3 T = 128 (ncu,
+// bench/RESULTS.md 7th session); the fused kernel's CUDA-core dot products and its L2 reads of x and the
+// gate grow with T * gate_rows * hidden. Monotone in T: a layer whose largest batch is fused needs no
+// RouterGemm.
+inline bool fused_router_takes(int64_t n_tokens, int64_t gate_rows, int64_t hidden) {
+  return n_tokens <= kFusedRouterMaxTokens || (n_tokens <= 128 && n_tokens * gate_rows * hidden <= (int64_t{1} << 25));
+}
 
 class RouterGemm {
  public:
