@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "launch.h"
+#include "moe/core/env.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 
@@ -219,9 +220,15 @@ static __global__ void __launch_bounds__(C::THREADS)
 // Qwen3 T=1 up GEMM reached only 2.8 TB/s (ncu: 17.8 us for 50 MB): too few bytes in flight per block.
 // BK = 128 doubles them and pays on long rows (DeepSeek-V3 T=1 up GEMM, K = 7168: 223 -> 205 us layer);
 // on short ones (Qwen3, K = 2048 and 768) its larger stages cost occupancy (40 -> 43 us), so BK = 64 stays
-// below K = 4096 and for inner sizes that are not multiples of 128.
+// below K = 4096 and for inner sizes that are not multiples of 128 (at Qwen3 T = 16..128 too: k-steps of
+// 128 there, MOE_DECODE_WIDE_K=0, were 13-17 us slower, bench/RESULTS.md 7th session).
 using Decode16 = TileConfig<16, 32, 128, 1, 2, 6>;
 using Decode16Narrow = TileConfig<16, 32, 64, 1, 2, 6>;
+// 9-16 rows per expert on average (experts of up to 32): still a weight stream, each expert's rows in one
+// tile (two 16-row tiles would stream its weights twice).
+// NOTE: k-steps of 64 in 6 stages; k-steps of 128 in 4 stages (3 blocks an SM) took Mixtral T=64 from 713 to
+// 822-842 us.
+using Decode32 = TileConfig<32, 32, 64, 1, 2, 6>;
 using Mid64 = TileConfig<64, 128, 32, 2, 4, 4>;
 // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): 4 warps of 64x64 beat 8 warps of 32x64
 // (Mixtral T=8192: 306 vs 273 TFLOP/s), BK=64 with 3 stages (264), and 128x256 tiles (295).
@@ -251,12 +258,21 @@ void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
                    g.max_tiles, n_col_tiles);
 }
 
+// The inner size from which 16-row tiles take k-steps of 128 (MOE_DECODE_WIDE_K overrides it, to measure).
+int64_t decode_wide_k() {
+  static const int64_t k = env_integer("MOE_DECODE_WIDE_K", 0, int64_t{1} << 30,
+                                       "the inner size from which 16-row GEMM tiles take k-steps of 128")
+                               .value_or(4096);
+  return k;
+}
+
 template <bool SWIGLU>
 void dispatch(const GroupedGemmArgs& g, int tile_rows, cudaStream_t stream) {
   switch (tile_rows) {
     case 16:
-      return g.k >= 4096 && g.k % Decode16::BK == 0 ? launch<Decode16, SWIGLU>(g, stream)
-                                                     : launch<Decode16Narrow, SWIGLU>(g, stream);
+      return g.k >= decode_wide_k() && g.k % Decode16::BK == 0 ? launch<Decode16, SWIGLU>(g, stream)
+                                                                : launch<Decode16Narrow, SWIGLU>(g, stream);
+    case 32: return launch<Decode32, SWIGLU>(g, stream);
     case 64: return launch<Mid64, SWIGLU>(g, stream);
     case 128: return launch<Prefill128, SWIGLU>(g, stream);
     default: MOE_CUDA_REQUIRE(false, "grouped GEMM: no kernel for tiles of " + std::to_string(tile_rows) + " rows");
@@ -266,7 +282,14 @@ void dispatch(const GroupedGemmArgs& g, int tile_rows, cudaStream_t stream) {
 }  // namespace
 
 int grouped_gemm_tile_rows(double rows_per_expert) {
-  if (rows_per_expert <= 16) return 16;
+  static const int64_t forced = env_integer("MOE_TILE_ROWS", 0, 128, "the grouped GEMMs' tile rows (16, 32, 64 "
+                                            "or 128; 0: by rows per expert)").value_or(0);
+  if (forced != 0) return static_cast<int>(forced);
+  // NOTE: from 8 rows per expert on, many experts get more than 16 (balanced routing is not even), and two
+  // 16-row tiles stream an expert's weights twice: Mixtral T=64 (16 rows per expert) 840 us in 16-row
+  // tiles, 721 in 32-row ones (bench/RESULTS.md, 7th session).
+  if (rows_per_expert <= 8) return 16;
+  if (rows_per_expert <= 16) return 32;
   if (rows_per_expert <= 96) return 64;
   return 128;
 }
