@@ -11,7 +11,8 @@
 namespace moe::cpu {
 
 // Bytes per second reading a buffer of `bytes` (much larger than the last-level cache; every cache line
-// read once per pass), split across the pool's threads; best of `passes`.
+// read once per pass), split across the pool's threads; best of `passes`, each pass reading it twice: with
+// the hardware prefetchers alone, and with software prefetches ahead as well.
 double measure_read_bandwidth(int64_t bytes = int64_t{1} << 30, int passes = 3);
 
 // The same probe keeping its buffer (faulted in once), for measuring again and again between timed runs.
