@@ -24,6 +24,10 @@ constexpr int kTiles = kBlockRows / 16;
 // How far ahead (in elements of the block stream) the decode kernels prefetch: 4 KiB, a few DRAM latencies
 // of streaming at this core's share of the bandwidth.
 constexpr int64_t kPrefetchBytes = 4096;
+// A one-token panel runs a k-step in about 4 cycles, so 4 KiB is less than a DRAM latency ahead: 8 KiB.
+// Two cores streaming 512 KiB blocks: 22.9-25.0 GB/s against 15.4-19.7 at 4 KiB (bench/RESULTS.md, 7th
+// session).
+constexpr int64_t kDecodePrefetchBytes = 8192;
 
 // exp(x) for silu: Cody-Waite reduction by ln 2, degree-6 Taylor on [-ln2/2, ln2/2] (relative error ~2e-7),
 // 2^n applied with scalef (which saturates to 0 / inf without integer tricks).
@@ -139,7 +143,8 @@ template <int N, bool kBf16, class W>
         // NOTE: weights come from DRAM once per forward (decode) or once per block (prefill, while the
         // panel computes): fetching them ahead overlaps the stream with the math (1.3-1.5x at T = 32-128).
 #pragma GCC unroll 4
-        for (int line = 0; line < 4; ++line) _mm_prefetch(stream + kPrefetchBytes + 64 * line, _MM_HINT_T0);
+        for (int line = 0; line < 4; ++line)
+          _mm_prefetch(stream + (N == 1 ? kDecodePrefetchBytes : kPrefetchBytes) + 64 * line, _MM_HINT_T0);
       }
       __m512i wv[kTiles];
 #pragma GCC unroll 8
