@@ -68,6 +68,29 @@ __device__ __forceinline__ float sigmoid_as_reference(float v) {
   return static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(v))));
 }
 
+// Expert e's value to select on and its weight source, from its logit v: noaux_tc the sigmoid (plus the
+// correction bias to select), topk_softmax the logit, the softmax methods the logit to select (softmax is
+// monotone) and exp(v - max_logit) to weigh. Experts past E (padding) weigh 0.
+struct ExpertScore {
+  float choice, score;
+};
+__device__ __forceinline__ ExpertScore score_expert(const RouterParams& p, float v, int e,
+                                                    const float* __restrict__ bias, float max_logit) {
+  using routing::RoutingMethod;
+  const bool valid = e < p.n_experts;
+  if (p.method == RoutingMethod::noaux_tc) {
+    const float s = sigmoid_as_reference(v);
+    return {s + (bias && valid ? bias[e] : 0.0f), s};
+  }
+  if (p.method == RoutingMethod::topk_softmax) return {v, v};
+  return {v, valid ? expf(v - max_logit) : 0.0f};
+}
+
+// Whether the grouped methods' masking keeps expert e (`kept` from kept_groups).
+__device__ __forceinline__ bool in_kept_group(const RouterParams& p, unsigned kept, int e) {
+  return (kept >> (e / (p.n_experts / p.n_group))) & 1u;
+}
+
 // The groups the grouped methods (group_limited_greedy, noaux_tc) keep: bit g set for the topk_group groups
 // with the best group score (max, or sum of the top 2 for noaux_tc; ties to the lower group). `choice` is
 // the warp's shared scratch of E floats, holding the selection values.
@@ -141,31 +164,24 @@ __device__ void select_topk_in_registers(const RouterParams& p, const float* l,
   float v[C];
 #pragma unroll
   for (int j = 0; j < C; ++j) v[j] = lane + 32 * j < E ? l[lane + 32 * j] : -FLT_MAX;
-  // Selection value c, weight source s and the selection key of every expert of this lane.
-  float c[C], s[C], softmax_sum = 0.0f;
-  if (p.method == RoutingMethod::noaux_tc) {
+  // Selection value c and weight source s of every expert of this lane.
+  const bool softmax = p.method != RoutingMethod::noaux_tc && p.method != RoutingMethod::topk_softmax;
+  float max_logit = -FLT_MAX;
+  if (softmax) {
 #pragma unroll
-    for (int j = 0; j < C; ++j) {
-      s[j] = sigmoid_as_reference(v[j]);
-      c[j] = s[j] + (bias && lane + 32 * j < E ? bias[lane + 32 * j] : 0.0f);
-    }
-  } else if (p.method == RoutingMethod::topk_softmax) {
-#pragma unroll
-    for (int j = 0; j < C; ++j) c[j] = s[j] = v[j];
-  } else {
-    float local_max = -FLT_MAX;
-#pragma unroll
-    for (int j = 0; j < C; ++j) local_max = fmaxf(local_max, v[j]);
+    for (int j = 0; j < C; ++j) max_logit = fmaxf(max_logit, v[j]);
     // NOTE: one reduction on the ordered keys (exact) instead of five shuffle steps.
-    const float max_logit = key_float(__reduce_max_sync(kFullMask, ordered_key(local_max)));
-#pragma unroll
-    for (int j = 0; j < C; ++j) {
-      c[j] = v[j];  // softmax is monotone: select on the logits
-      s[j] = lane + 32 * j < E ? expf(v[j] - max_logit) : 0.0f;
-      softmax_sum += s[j];
-    }
-    softmax_sum = warp_sum(softmax_sum);
+    max_logit = key_float(__reduce_max_sync(kFullMask, ordered_key(max_logit)));
   }
+  float c[C], s[C], softmax_sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    const ExpertScore x = score_expert(p, v[j], lane + 32 * j, bias, max_logit);
+    c[j] = x.choice;
+    s[j] = x.score;
+    if (softmax) softmax_sum += x.score;
+  }
+  if (softmax) softmax_sum = warp_sum(softmax_sum);
   const bool grouped = p.method == RoutingMethod::group_limited_greedy || p.method == RoutingMethod::noaux_tc;
   if (grouped && p.topk_group < p.n_group) {
 #pragma unroll
@@ -175,10 +191,9 @@ __device__ void select_topk_in_registers(const RouterParams& p, const float* l,
     const unsigned kept = kept_groups(p, choice);
     // NOTE: the group lanes read every lane's `choice`; the warp syncs before anyone writes it again.
     __syncwarp();
-    const int group_size = E / p.n_group;
 #pragma unroll
     for (int j = 0; j < C; ++j)
-      if (lane + 32 * j < E && !((kept >> ((lane + 32 * j) / group_size)) & 1u)) c[j] = -INFINITY;
+      if (lane + 32 * j < E && !in_kept_group(p, kept, lane + 32 * j)) c[j] = -INFINITY;
   }
   // Keys in the floats' order; 0 (below every float's) past E. Then this lane's list sorted best first:
   // larger key, or the same key and the lower expert (insertion sort, unrolled: registers only).
@@ -242,23 +257,20 @@ __device__ void select_topk_scan(const RouterParams& p, const float* l, const fl
                                  float* __restrict__ weights) {
   const int lane = threadIdx.x % 32, E = p.n_experts;
   using routing::RoutingMethod;
+  const bool softmax = p.method != RoutingMethod::noaux_tc && p.method != RoutingMethod::topk_softmax;
   float max_logit = -FLT_MAX;
-  for (int e = lane; e < E; e += 32) max_logit = fmaxf(max_logit, l[e]);
-  max_logit = warp_max(max_logit);
+  if (softmax) {
+    for (int e = lane; e < E; e += 32) max_logit = fmaxf(max_logit, l[e]);
+    max_logit = warp_max(max_logit);
+  }
   float sum = 0.0f;
   for (int e = lane; e < E; e += 32) {
-    const float v = l[e];
-    if (p.method == RoutingMethod::noaux_tc) {
-      const float s = sigmoid_as_reference(v);
-      score[e] = s;
-      choice[e] = s + (bias ? bias[e] : 0.0f);
-    } else {
-      score[e] = p.method == RoutingMethod::topk_softmax ? v : expf(v - max_logit);
-      choice[e] = v;  // softmax is monotone: select on the logits
-      sum += score[e];
-    }
+    const ExpertScore x = score_expert(p, l[e], e, bias, max_logit);
+    choice[e] = x.choice;
+    score[e] = x.score;
+    if (softmax) sum += x.score;
   }
-  sum = warp_sum(sum);
+  if (softmax) sum = warp_sum(sum);
   __syncwarp();
   const bool grouped = p.method == RoutingMethod::group_limited_greedy || p.method == RoutingMethod::noaux_tc;
   if (grouped && p.topk_group < p.n_group) {
@@ -266,9 +278,8 @@ __device__ void select_topk_scan(const RouterParams& p, const float* l, const fl
     // NOTE: the group lanes read every lane's `choice` above; the shuffles between order no memory, so the
     // warp syncs before the masking overwrites it (compute-sanitizer racecheck flagged the hazard).
     __syncwarp();
-    const int group_size = E / p.n_group;
     for (int e = lane; e < E; e += 32)
-      if (!((kept >> (e / group_size)) & 1u)) choice[e] = -INFINITY;
+      if (!in_kept_group(p, kept, e)) choice[e] = -INFINITY;
     __syncwarp();
   }
 
