@@ -29,8 +29,9 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) uint64_t re
 }
 
 // The same, fetching each line 16 KiB ahead into L2 as well, as the expert kernels fetch their weights: a
-// core then keeps more reads in flight than its prefetchers alone do, and this VM reads 10-15% faster
-// (20.5 against 22-23.6 GB/s on 2 threads; bench/RESULTS.md, 7th session). The floor takes the faster.
+// core then keeps more reads in flight than its prefetchers alone do, and this VM reads up to 10-15% faster
+// (2 threads, 1 GiB, best of three rounds: 26.8 against 23.5 GB/s; bench/RESULTS.md, 7th session). The
+// floor takes the faster.
 __attribute__((target_clones("avx512f", "arch=haswell", "default"))) uint64_t read_sum_prefetched(const uint64_t* p,
                                                                                                  int64_t n) {
   constexpr int64_t kAheadWords = 16384 / 8;

@@ -21,8 +21,8 @@ namespace moe::cpu {
 namespace {
 
 constexpr int kTiles = kBlockRows / 16;
-// How far ahead (in elements of the block stream) the decode kernels prefetch: 4 KiB, a few DRAM latencies
-// of streaming at this core's share of the bandwidth.
+// How far ahead in the block stream the kernels prefetch: 4 KiB, a few DRAM latencies of streaming at this
+// core's share of the bandwidth while a panel of 2-6 tokens computes (8 and 12 KiB were no faster).
 constexpr int64_t kPrefetchBytes = 4096;
 // A one-token panel runs a k-step in about 4 cycles, so 4 KiB is less than a DRAM latency ahead: 8 KiB.
 // Two cores streaming 512 KiB blocks: 22.9-25.0 GB/s against 15.4-19.7 at 4 KiB (bench/RESULTS.md, 7th
