@@ -78,13 +78,21 @@ __device__ __forceinline__ int64_t weight_row(int j, int64_t n0, int64_t n, bool
 
 constexpr int kRasterRows = 8;  // row tiles per raster group
 
-template <class C, bool SWIGLU>
+// SETTLED_MAP (GroupedGemmArgs::tile_map_settled): the tile map and segment arrays are read, and the weight
+// (B) loads of the first STAGES - 1 k-steps issued, before the grid wait; only the loads of A follow it.
+// NOTE: why that is safe for the down GEMM. Its tile map comes from the permute, two launches back. The gate/up
+// GEMM's blocks all pass their grid wait (the permute complete, its writes visible) before they call
+// allow_dependent_launch or exit, and the down grid is launched only after every one of them has done so:
+// the permute's writes are in L2 before any down block runs. They are read with __ldcg (L2, not the SM's
+// non-coherent L1). The weights are written by no kernel of the forward. A, the gate/up GEMM's output, is the
+// only input that needs the wait. Not for the gate/up GEMM itself: its tile map is the permute's output.
+template <class C, bool SWIGLU, bool SETTLED_MAP>
 static __global__ void __launch_bounds__(C::THREADS)
     grouped_gemm_kernel(const bf16* __restrict__ a, const int32_t* __restrict__ gather, const bf16* __restrict__ b,
                         bf16* __restrict__ c, const int32_t* __restrict__ segment_offsets,
                         const int32_t* __restrict__ segment_counts, const int32_t* __restrict__ tile_expert,
                         const int32_t* __restrict__ tile_row, const int32_t* __restrict__ n_tiles, int64_t k,
-                        int64_t n, int64_t max_tiles, int64_t n_col_tiles) {
+                        int64_t n, int64_t max_tiles, int64_t n_col_tiles, bool early_dependent_launch) {
   // NOTE: blocks walk kRasterRows row tiles across every column tile before moving on, so that the row
   // tiles (gathered tokens) stay in L2 for all column tiles, and the row tiles of one expert read its weight
   // slice together. Launch order of (row tile fastest, column tile) re-read the rows from DRAM per column
@@ -93,14 +101,22 @@ static __global__ void __launch_bounds__(C::THREADS)
   const int64_t group = linear / group_span, within = linear % group_span;
   const int64_t group_rows = min(int64_t{kRasterRows}, max_tiles - group * kRasterRows);
   const int64_t tile = group * kRasterRows + within % group_rows, col_tile = within / group_rows;
-  wait_for_prior_grids();  // the tile map and the rows come from the kernels before
-  if (tile >= *n_tiles) return;
+  auto map = [](const int32_t* p) { return SETTLED_MAP ? __ldcg(p) : *p; };
+  if constexpr (!SETTLED_MAP) wait_for_prior_grids();  // the tile map and the rows come from the kernels before
+  // NOTE: early_dependent_launch (GroupedGemmArgs): the gate/up GEMM lets the down GEMM launch here, after
+  // its grid wait (which SETTLED_MAP relies on), so that down blocks take the SMs its last wave leaves and
+  // stream their first weight stages while it finishes: 2.2-2.3 us a layer at Qwen3 T = 16..128, 4-5 us at
+  // Mixtral T = 16, 32. The early launch alone, or the early weight stages alone, gained nothing
+  // (bench/RESULTS.md, 7th session, round 3). Waiting down blocks cannot starve this grid: every block of it
+  // has started once all have passed this point.
+  if (early_dependent_launch) allow_dependent_launch();
+  if (tile >= map(n_tiles)) return;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
 
-  const int expert = tile_expert[tile];
-  const int64_t row0 = tile_row[tile];
-  const int64_t row_end = int64_t{segment_offsets[expert]} + segment_counts[expert];
+  const int expert = map(tile_expert + tile);
+  const int64_t row0 = map(tile_row + tile);
+  const int64_t row_end = int64_t{map(segment_offsets + expert)} + map(segment_counts + expert);
   constexpr int OUT_COLS = SWIGLU ? C::BN / 2 : C::BN;  // output columns per block
   const int64_t n0 = col_tile * OUT_COLS;
   const int64_t b_rows = SWIGLU ? 2 * n : n;
@@ -119,7 +135,7 @@ static __global__ void __launch_bounds__(C::THREADS)
     const int chunk = tid + i * C::THREADS, r = chunk / C::CHUNKS;
     const int64_t row = row0 + r;
     a_valid[i] = chunk < A_CHUNKS && row < row_end;
-    const int64_t source = a_valid[i] ? (gather ? int64_t{gather[row]} : row) : 0;
+    const int64_t source = a_valid[i] ? (gather ? int64_t{map(gather + row)} : row) : 0;
     a_src[i] = a + source * k + (chunk % C::CHUNKS) * 8;
   }
   const bf16* b_src[B_ITERS];
@@ -132,13 +148,15 @@ static __global__ void __launch_bounds__(C::THREADS)
     b_src[i] = b_expert + (b_valid[i] ? wrow : 0) * k + (chunk % C::CHUNKS) * 8;
   }
 
-  auto load_stage = [&](int stage, int64_t k0) {
+  auto load_a = [&](int stage, int64_t k0) {
     bf16* sa = smem + stage * C::STAGE_ELEMS;
-    bf16* sb = sa + C::BM * C::BK;
     for (int i = 0; i < A_ITERS; ++i) {
       const int chunk = tid + i * C::THREADS;
       if (chunk < A_CHUNKS) cp_async_16(sa + swizzle<C>(chunk / C::CHUNKS, chunk % C::CHUNKS), a_src[i] + k0, a_valid[i]);
     }
+  };
+  auto load_b = [&](int stage, int64_t k0) {
+    bf16* sb = smem + stage * C::STAGE_ELEMS + C::BM * C::BK;
     for (int i = 0; i < B_ITERS; ++i) {
       const int chunk = tid + i * C::THREADS;
       if (chunk < B_CHUNKS) cp_async_16(sb + swizzle<C>(chunk / C::CHUNKS, chunk % C::CHUNKS), b_src[i] + k0, b_valid[i]);
@@ -147,8 +165,18 @@ static __global__ void __launch_bounds__(C::THREADS)
 
   float acc[C::MI][C::NI][4] = {};
   const int k_tiles = static_cast<int>(k / C::BK);
+  if constexpr (SETTLED_MAP) {
+    // The prologue's B loads go out uncommitted, so they join the first group (with A's stage 0): the main
+    // loop's wait for group 0 covers them, and the group count stays that of the plain prologue.
+    for (int s = 0; s < C::STAGES - 1; ++s)
+      if (s < k_tiles) load_b(s, int64_t{s} * C::BK);
+    wait_for_prior_grids();  // A comes from the kernel before
+  }
   for (int s = 0; s < C::STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage(s, int64_t{s} * C::BK);
+    if (s < k_tiles) {
+      load_a(s, int64_t{s} * C::BK);
+      if constexpr (!SETTLED_MAP) load_b(s, int64_t{s} * C::BK);
+    }
     cp_async_commit();
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
@@ -156,7 +184,10 @@ static __global__ void __launch_bounds__(C::THREADS)
     __syncthreads();
     // The stage computed last iteration is free once every thread passed the barrier above.
     const int next = kt + C::STAGES - 1;
-    if (next < k_tiles) load_stage(next % C::STAGES, int64_t{next} * C::BK);
+    if (next < k_tiles) {
+      load_a(next % C::STAGES, int64_t{next} * C::BK);
+      load_b(next % C::STAGES, int64_t{next} * C::BK);
+    }
     cp_async_commit();
 
     const bf16* sa = smem + (kt % C::STAGES) * C::STAGE_ELEMS;
@@ -183,9 +214,9 @@ static __global__ void __launch_bounds__(C::THREADS)
     }
   }
   cp_async_wait<0>();
-  // NOTE: only after the main loop, so that in prefill the next kernel's blocks cannot take SM slots
+  // NOTE: otherwise only after the main loop, so that in prefill the next kernel's blocks cannot take SM slots
   // while blocks of this one still wait to run.
-  allow_dependent_launch();
+  if (!early_dependent_launch) allow_dependent_launch();
 
   // Epilogue: accumulator element (mi, ni, q) sits at row lane/4 (+8 for q >= 2), column 2*(lane%4) + q%2.
   constexpr int OUT_NI = SWIGLU ? C::NI / 2 : C::NI;
@@ -234,6 +265,23 @@ using Mid64 = TileConfig<64, 128, 32, 2, 4, 4>;
 // (Mixtral T=8192: 306 vs 273 TFLOP/s), BK=64 with 3 stages (264), and 128x256 tiles (295).
 using Prefill128 = TileConfig<128, 128, 32, 2, 2, 4>;
 
+template <class C, bool SWIGLU, bool SETTLED_MAP>
+void launch_kernel(const GroupedGemmArgs& g, const dim3 grid, int64_t n_col_tiles, cudaStream_t stream) {
+  // NOTE: the shared-memory attribute belongs to the kernel on one device: set it once per device.
+  static std::atomic<uint64_t> configured_devices{0};
+  int device = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device % 64);
+  if (!(configured_devices.load() & bit)) {
+    MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<C, SWIGLU, SETTLED_MAP>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::SMEM_BYTES)));
+    configured_devices.fetch_or(bit);
+  }
+  launch_dependent(grouped_gemm_kernel<C, SWIGLU, SETTLED_MAP>, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, g.a,
+                   g.gather, g.b, g.c, g.segment_offsets, g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, g.k,
+                   g.n, g.max_tiles, n_col_tiles, g.early_dependent_launch);
+}
+
 template <class C, bool SWIGLU>
 void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
   MOE_CUDA_REQUIRE(g.k % C::BK == 0, "grouped GEMM: inner size " + std::to_string(g.k) +
@@ -243,19 +291,11 @@ void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
   constexpr int OUT_COLS = SWIGLU ? C::BN / 2 : C::BN;
   const int64_t n_col_tiles = (g.n + OUT_COLS - 1) / OUT_COLS;
   const dim3 grid(static_cast<unsigned>(g.max_tiles * n_col_tiles));
-  // NOTE: the shared-memory attribute belongs to the kernel on one device: set it once per device.
-  static std::atomic<uint64_t> configured_devices{0};
-  int device = 0;
-  MOE_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t{1} << (device % 64);
-  if (!(configured_devices.load() & bit)) {
-    MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<C, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(C::SMEM_BYTES)));
-    configured_devices.fetch_or(bit);
+  MOE_CUDA_REQUIRE(!(SWIGLU && g.tile_map_settled), "grouped GEMM: the SwiGLU GEMM's tile map is never settled");
+  if constexpr (!SWIGLU) {
+    if (g.tile_map_settled) return launch_kernel<C, SWIGLU, true>(g, grid, n_col_tiles, stream);
   }
-  launch_dependent(grouped_gemm_kernel<C, SWIGLU>, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, g.a, g.gather, g.b,
-                   g.c, g.segment_offsets, g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, g.k, g.n,
-                   g.max_tiles, n_col_tiles);
+  launch_kernel<C, SWIGLU, false>(g, grid, n_col_tiles, stream);
 }
 
 // The inner size from which 16-row tiles take k-steps of 128 (MOE_DECODE_WIDE_K overrides it, to measure).

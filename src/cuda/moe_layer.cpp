@@ -188,6 +188,8 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
                      .segment_offsets = pb.expert_offsets, .segment_counts = pb.segment_counts,
                      .tile_expert = tiles.tile_expert, .tile_row = tiles.tile_row, .n_tiles = tiles.n_tiles,
                      .max_tiles = tiles.max_tiles, .k = s.H, .n = s.I, .scheduler = s.wgmma_scheduler.get()};
+  // Measured in the weight-stream tiles only (bench/RESULTS.md, 7th session, round 3).
+  up.early_dependent_launch = tile_rows <= 32;
   if (wgmma) {
     gather_rows(x, pb.row_token, rows, s.H, s.gathered.get(), stream);
     up.a = s.gathered.get();
@@ -207,6 +209,8 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   down.n = s.H;
   down.n_experts = E;
   down.a_rows = rows;
+  down.tile_map_settled = true;  // the permute's, two launches back (the mma.sync kernel's prologue uses it)
+  down.early_dependent_launch = false;  // unpermute or the shared GEMMs read its output
   if (wgmma) {
     wgmma_grouped_gemm(down, stream);
   } else {
@@ -228,12 +232,15 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
                         .tile_expert = s.shared_tile_expert, .tile_row = s.shared_tile_row,
                         .n_tiles = s.shared_n_tiles, .max_tiles = shared_tiles, .k = s.H, .n = s.S,
                         .scheduler = s.wgmma_scheduler.get()};
+    sup.early_dependent_launch = shared_rows <= 32;
     GroupedGemmArgs sdown = sup;
     sdown.a = s.shared_act.get();
     sdown.b = s.shared_w2.get();
     sdown.c = s.shared_out.get();
     sdown.k = s.S;
     sdown.n = s.H;
+    sdown.tile_map_settled = true;  // build_tiles', two launches back
+    sdown.early_dependent_launch = false;
     if (shared_wgmma) {
       sup.n_experts = sdown.n_experts = 1;
       sup.a_rows = sdown.a_rows = T;

@@ -49,14 +49,17 @@ TEST(CudaGroupedGemm, MatchesTheCpuExpertsForEveryTileHeight) {
                            .segment_offsets = d_offsets.get(), .segment_counts = d_counts.get(),
                            .tile_expert = tile_expert.get(), .tile_row = tile_row.get(), .n_tiles = n_tiles.get(),
                            .max_tiles = max_tiles, .k = H, .n = I};
+        up.early_dependent_launch = true;  // the down GEMM below streams its first weight stages meanwhile
         grouped_gemm_swiglu(up, tile_rows, nullptr);
         GroupedGemmArgs down = up;
+        down.early_dependent_launch = false;
         down.a = reinterpret_cast<const bf16*>(d_act.get());
         down.gather = nullptr;
         down.b = reinterpret_cast<const bf16*>(d_w2.get());
         down.c = reinterpret_cast<bf16*>(d_out.get());
         down.k = I;
         down.n = H;
+        down.tile_map_settled = true;  // build_tiles ran two launches back, as in the layer
         grouped_gemm(down, tile_rows, nullptr);
         const auto got = d_out.host();
         double worst = 0, scale = 1e-30;

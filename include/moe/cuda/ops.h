@@ -108,6 +108,15 @@ struct GroupedGemmArgs {
   // The wgmma kernel's work-unit queue: wgmma_scheduler_ints() ints, zeroed once by the owner (cudaMemset);
   // every launch leaves them zeroed again, so launches that share it must run in stream order.
   int32_t* scheduler = nullptr;
+  // The tile map and the segment arrays were complete before the kernel just before this one in the stream
+  // passed its grid wait (it is a launch_dependent kernel that waits before it lets this one launch: the
+  // down GEMM after the gate/up GEMM). The mma.sync kernel then reads them and streams its first weight
+  // stages before its own grid wait. Only A must wait for the previous kernel.
+  bool tile_map_settled = false;
+  // The next kernel in the stream is a GEMM with tile_map_settled: this (mma.sync) kernel lets it launch right
+  // after its own grid wait instead of after its main loop, so that its blocks take the SMs this one's last
+  // wave leaves and stream their first weight stages meanwhile.
+  bool early_dependent_launch = false;
 };
 
 // c[r, :] = silu(a_r · gateᵀ) ⊙ (a_r · upᵀ), b = [E, 2n, k] (rows 0..n-1 gate, n..2n-1 up).
