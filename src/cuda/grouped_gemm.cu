@@ -105,7 +105,7 @@ static __global__ void __launch_bounds__(C::THREADS)
   if constexpr (!SETTLED_MAP) wait_for_prior_grids();  // the tile map and the rows come from the kernels before
   // NOTE: early_dependent_launch (GroupedGemmArgs): the gate/up GEMM lets the down GEMM launch here, after
   // its grid wait (which SETTLED_MAP relies on), so that down blocks take the SMs its last wave leaves and
-  // stream their first weight stages while it finishes: 2.2-2.3 us a layer at Qwen3 T = 16..128, 4-5 us at
+  // stream their first weight stages while it finishes: 1.5-2.4 us a layer at Qwen3 T = 16..128, 4-6 us at
   // Mixtral T = 16, 32. The early launch alone, or the early weight stages alone, gained nothing
   // (bench/RESULTS.md, 7th session, round 3). Waiting down blocks cannot starve this grid: every block of it
   // has started once all have passed this point.
