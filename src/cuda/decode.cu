@@ -16,9 +16,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <string>
 
+#include "launch.h"
 #include "moe/core/env.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
@@ -504,16 +504,8 @@ int router_parts(int64_t gate_rows) {
 template <int MAXT>
 void launch(const DecodeParams& p, cudaStream_t stream) {
   const size_t smem = dynamic_smem_bytes<MAXT>(p);
-  // NOTE: the shared-memory limit is raised once per device, to the most a block may take (not per launch:
-  // a launch inside a graph capture must not depend on host-side state changing later).
-  static std::atomic<uint64_t> configured_devices{0};
-  int device = 0;
-  MOE_CUDA_CHECK(cudaGetDevice(&device));
-  if (!(configured_devices.load() & (uint64_t{1} << device))) {
-    MOE_CUDA_CHECK(cudaFuncSetAttribute(decode_layer_kernel<MAXT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        device_limits().smem_optin - (24 << 10)));
-    configured_devices.fetch_or(uint64_t{1} << device);
-  }
+  // NOTE: the limit is the most a block may take, whatever this launch's size.
+  raise_shared_memory_once<decode_layer_kernel<MAXT>>(device_limits().smem_optin - (24 << 10));
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeCooperative;  // the grid barriers need every block resident
   attribute.val.cooperative = 1;

@@ -6,7 +6,6 @@
 // for every warp, so silu(gate) * up is formed in registers in the epilogue.
 #include <cuda_bf16.h>
 
-#include <atomic>
 
 #include "launch.h"
 #include "moe/core/env.h"
@@ -267,16 +266,7 @@ using Prefill128 = TileConfig<128, 128, 32, 2, 2, 4>;
 
 template <class C, bool SWIGLU, bool SETTLED_MAP>
 void launch_kernel(const GroupedGemmArgs& g, const dim3 grid, int64_t n_col_tiles, cudaStream_t stream) {
-  // NOTE: the shared-memory attribute belongs to the kernel on one device: set it once per device.
-  static std::atomic<uint64_t> configured_devices{0};
-  int device = 0;
-  MOE_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t{1} << (device % 64);
-  if (!(configured_devices.load() & bit)) {
-    MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<C, SWIGLU, SETTLED_MAP>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::SMEM_BYTES)));
-    configured_devices.fetch_or(bit);
-  }
+  raise_shared_memory_once<grouped_gemm_kernel<C, SWIGLU, SETTLED_MAP>>(C::SMEM_BYTES);
   launch_dependent(grouped_gemm_kernel<C, SWIGLU, SETTLED_MAP>, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, g.a,
                    g.gather, g.b, g.c, g.segment_offsets, g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, g.k,
                    g.n, g.max_tiles, n_col_tiles, g.early_dependent_launch);

@@ -540,20 +540,14 @@ template <bool SWIGLU, bool PAIRS>
 void launch_instance(const CUtensorMap& map_a, const CUtensorMap& map_b, const WgmmaParams& p, int64_t max_tiles,
                      cudaStream_t stream) {
   constexpr auto kernel = wgmma_grouped_gemm_kernel<SWIGLU, PAIRS>;
-  static std::atomic<uint64_t> configured_devices{0};
   static std::atomic<int> clusters_by_device[64]{};
   int device = 0;
   MOE_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t{1} << (device % 64);
-  if (!(configured_devices.load() & bit)) {
-    MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
-    if (PAIRS) {
-      const int clusters = max_active_clusters(kernel, static_cast<unsigned>(sm_count() / 2 * 2), dim3(kThreads),
-                                               kSmemBytes, 2);
-      MOE_CUDA_REQUIRE(clusters >= 1, "wgmma grouped GEMM: no cluster of 2 blocks fits on this GPU");
-      clusters_by_device[device % 64].store(clusters);
-    }
-    configured_devices.fetch_or(bit);
+  if (raise_shared_memory_once<kernel>(kSmemBytes) && PAIRS) {
+    const int clusters =
+        max_active_clusters(kernel, static_cast<unsigned>(sm_count() / 2 * 2), dim3(kThreads), kSmemBytes, 2);
+    MOE_CUDA_REQUIRE(clusters >= 1, "wgmma grouped GEMM: no cluster of 2 blocks fits on this GPU");
+    clusters_by_device[device % 64].store(clusters);
   }
   // Upper bounds on the units: the device knows the real counts.
   // NOTE: the claim counter is int32 and every block claims once past the end.

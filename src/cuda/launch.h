@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <utility>
 
 #include "moe/cuda/check.h"
@@ -50,6 +52,23 @@ template <class... Params, class... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                       Args&&... args) {
   launch_dependent_clusters(kernel, grid, block, shared_bytes, stream, 1u, std::forward<Args>(args)...);
+}
+
+// Raises Kernel's dynamic shared-memory limit to `bytes` on the current device, the first time only: the
+// attribute belongs to the kernel on one device, and it is set once, not per launch, so that a launch inside
+// a graph capture does not depend on host-side state changing later. True on that first call (for other
+// once-per-device set-up of the same kernel). Kernel is a template argument so that each kernel has its own
+// record (kernels of one signature would share a record keyed by type).
+template <auto Kernel>
+bool raise_shared_memory_once(size_t bytes) {
+  static std::atomic<uint64_t> configured_devices{0};
+  int device = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device % 64);
+  if (configured_devices.load() & bit) return false;
+  MOE_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  configured_devices.fetch_or(bit);
+  return true;
 }
 
 // How many clusters of cluster_x blocks of this kernel fit on the GPU at once.

@@ -2,7 +2,6 @@
 // router_select.cuh, shared with the fused decode kernel).
 #include <cuda_bf16.h>
 
-#include <atomic>
 #include <cfloat>
 
 #include "launch.h"
@@ -158,16 +157,7 @@ void router_fused(const routing::RouterConfig& c, const bf16* x, int64_t hidden,
   const dim3 grid(static_cast<unsigned>((n_tokens + kTokensPerBlock - 1) / kTokensPerBlock),
                   static_cast<unsigned>((gate_rows + rows_per_block - 1) / rows_per_block));
   const size_t shared_bytes = size_t{kTokensPerBlock} * 2 * c.n_experts * sizeof(float);  // up to 64 KB
-  // NOTE: the shared-memory attribute belongs to the kernel on one device: set once per device.
-  static std::atomic<uint64_t> configured_devices{0};
-  int device = 0;
-  MOE_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t{1} << (device % 64);
-  if (!(configured_devices.load() & bit)) {
-    MOE_CUDA_CHECK(cudaFuncSetAttribute(router_fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(size_t{kTokensPerBlock} * 2 * 1024 * sizeof(float))));
-    configured_devices.fetch_or(bit);
-  }
+  raise_shared_memory_once<router_fused_kernel>(size_t{kTokensPerBlock} * 2 * 1024 * sizeof(float));  // E <= 1024
   launch_dependent(router_fused_kernel, grid, dim3(kFusedThreads), shared_bytes, stream, p, x, hidden, n_tokens, gate,
                    gate_rows, rows_per_block, correction_bias, logits, arrivals, topk_ids, topk_weights);
 }
