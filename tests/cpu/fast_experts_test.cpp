@@ -98,13 +98,14 @@ Tensor reference_output(const Case& c, const ExpertBatch& batch) {
 // the scale of the rounding errors of the final sums, whether or not those sums cancel.
 double down_term_norm(const Case& c, const ExpertBatch& batch) {
   const Tensor x = c.x.to_f32();
+  std::vector<SwigluWeights> f32;  // each expert's matrices in F32, converted once
+  for (const SwigluWeights& e : c.experts) f32.push_back({e.gate.to_f32(), e.up.to_f32(), e.down.to_f32()});
   double sum = 0;
   for (int64_t t = 0; t < c.T; ++t)
     for (int64_t j = 0; j < c.k; ++j) {
       if (batch.pair_rows.data_as<int32_t>()[t * c.k + j] < 0) continue;  // dropped by the capacity
       const double w = batch.pair_weights.data_as<float>()[t * c.k + j];
-      const SwigluWeights& expert = c.experts[c.topk.ids.data_as<int32_t>()[t * c.k + j]];
-      const Tensor gate = expert.gate.to_f32(), up = expert.up.to_f32(), down = expert.down.to_f32();
+      const auto& [gate, up, down] = f32[c.topk.ids.data_as<int32_t>()[t * c.k + j]];
       std::vector<double> h(c.I);
       for (int64_t i = 0; i < c.I; ++i) {
         double g = 0, u = 0;
