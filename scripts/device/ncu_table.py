@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """One line per kernel of an `ncu --csv --print-units base` metrics log: time, DRAM bytes read (and the rate)
-and written, and the L2 hit rate where the log has them; then the sum of the times. Values ncu could not
+and written, and where the log has them the L2 hit rate, the SM clock, the tensor pipe's share of the
+elapsed cycles and the L2 sectors; then the sum of the times. Values ncu could not
 collect ("n/a") count as 0.
 
   ncu_table.py LOG.csv
@@ -40,6 +41,13 @@ def main():
                 f"  write {k.get('dram__bytes_write.sum', 0) / 1e9:6.3f} GB")
         if "lts__t_sector_hit_rate.pct" in k:
             line += f"  L2 hit {k['lts__t_sector_hit_rate.pct']:5.1f}%"
+        if "sm__cycles_elapsed.avg.per_second" in k:
+            line += f"  {k['sm__cycles_elapsed.avg.per_second'] / 1e9:4.2f} GHz"
+        tensor = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
+        if tensor in k:
+            line += f"  tensor {k[tensor]:5.1f}%"
+        if "lts__t_sectors.sum" in k:
+            line += f"  L2 {k['lts__t_sectors.sum'] / 1e9:6.3f} G sectors"
         print(line)
     print(f"sum of the kernels above: {total:.1f} us")
 

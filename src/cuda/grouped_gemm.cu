@@ -277,6 +277,8 @@ void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
   MOE_CUDA_REQUIRE(g.k % C::BK == 0, "grouped GEMM: inner size " + std::to_string(g.k) +
                                          " must be a multiple of " + std::to_string(C::BK));
   MOE_CUDA_REQUIRE(g.n % 2 == 0, "grouped GEMM: output columns " + std::to_string(g.n) + " must be even");
+  MOE_CUDA_REQUIRE(g.tall_rows == 0, "grouped GEMM: the mma.sync kernels take tile maps without tall tiles "
+                                     "(tall_rows " + std::to_string(g.tall_rows) + "; only the wgmma kernel has them)");
   if (g.max_tiles == 0) return;
   constexpr int OUT_COLS = SWIGLU ? C::BN / 2 : C::BN;
   const int64_t n_col_tiles = (g.n + OUT_COLS - 1) / OUT_COLS;

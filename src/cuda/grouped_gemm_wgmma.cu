@@ -20,8 +20,12 @@
 // a shared-memory handoff). With half tiles on, a tile
 // whose valid rows all fall in the first 64 leaves the second consumer idle for that unit (see
 // wgmma_schedule_for for when that pays). From 256 rows per expert the blocks run in clusters of 2 that
-// share each weight tile by TMA multicast (PAIRS, at the kernel). The number of row tiles is read on the
-// device, so nothing here synchronises with the host.
+// share each weight tile by TMA multicast (PAIRS, at the kernel). A tall tile (an expert's last, with up to
+// kTallRows rows past its 128; TileMap::tall_rows) also loads those rows and multiplies them by the same
+// weight tile as a small GEMM with the roles swapped (weights as wgmma's M side, the extra rows as N = 32),
+// so that the few rows past an expert's last full tile cost a quarter of a tile's math and no weight
+// traffic, instead of a tile of their own. The number of row tiles is read on the device, so nothing here
+// synchronises with the host.
 // Written from the PTX ISA (wgmma, cp.async.bulk.tensor, mbarrier); no code from other projects.
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched through the runtime)
 #include <cudaTypedefs.h>
@@ -30,6 +34,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <optional>
 #include <string>
 #include <utility>
@@ -57,7 +62,11 @@ constexpr int kThreads = 384;      // producer warpgroup + 2 consumer warpgroups
 constexpr int kATileBytes = kBM * kBK * 2;  // 16 KB
 constexpr int kBBoxRows = 128;              // TMA boxes are at most 256 rows; two boxes per B tile
 constexpr int kBTileBytes = kBN * kBK * 2;  // 32 KB
-constexpr int kStageBytes = kATileBytes + kBTileBytes;
+constexpr int kTallRows = 32;                     // rows a tall tile holds past its 128 (wgmma N = 32)
+constexpr int kTallTileBytes = kTallRows * kBK * 2;  // 4 KB
+// A stage: the A tile, the B tile, then a tall tile's extra rows (loaded only for tall tiles).
+constexpr int kStageBytes = kATileBytes + kBTileBytes + kTallTileBytes;
+static_assert(kStageBytes % 1024 == 0, "the 128-byte swizzle needs every tile 1024-byte aligned");
 // After the stages: full and empty barriers (8 bytes each).
 constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + 1024 /* alignment */ + 256 /* barriers */;
 static_assert(kStages * (8 + 8) <= 256, "barriers overflow their shared memory");
@@ -84,6 +93,7 @@ struct WgmmaParams {
   int32_t k_blocks;   // ceil(K / 64); the tensor maps zero-fill past K
   int32_t n_col_tiles;
   int32_t max_tiles;
+  int32_t tall_rows;    // GroupedGemmArgs::tall_rows: 0 or kTallRows
   int32_t raster_rows;  // WgmmaSchedule::raster_rows
   bool half_tiles;      // WgmmaSchedule::half_tiles
   WgmmaSchedule::L2Hint a_hint, b_hint;
@@ -91,7 +101,8 @@ struct WgmmaParams {
   int32_t* scheduler;   // GroupedGemmArgs::scheduler: the next unclaimed unit, the blocks done, the mailboxes
 };
 
-// A work unit: rows [row0, row0 + rows) of A (rows <= 128, all in one segment) times column tile col.
+// A work unit: rows [row0, row0 + rows) of A (rows <= 128 + tall_rows, all in one segment) times column
+// tile col.
 // shared_b (pairs): the peer CTA's unit has the same weight tile (pair_unit_of).
 struct Unit {
   int32_t row0, rows, col, expert;
@@ -234,6 +245,19 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// d (+)= A[64 x 16] · B[32 x 16]ᵀ, both K-major in shared memory: a tall tile's weight rows (A) times its
+// extra token rows (B); scale_d = 0 overwrites d.
+__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 // Work unit w -> (row index, column tile) over n_rows row indices (row tiles, or pairs of them): groups of
 // raster_rows consecutive rows, column tile slowest inside a group, so that the blocks running at one time
 // share a few row tiles and the weight tiles of few experts.
@@ -249,7 +273,9 @@ __device__ __forceinline__ Unit unit_of(const WgmmaParams& p, int tile, int col)
   Unit u;
   u.expert = p.tile_expert[tile];
   u.row0 = p.tile_row[tile];
-  u.rows = max(0, min(kBM, p.segment_offsets[u.expert] + p.segment_counts[u.expert] - u.row0));
+  // NOTE: with tall tiles, only an expert's last tile has at most 128 + tall_rows rows left (TileMap).
+  const int left = p.segment_offsets[u.expert] + p.segment_counts[u.expert] - u.row0;
+  u.rows = max(0, left <= kBM + p.tall_rows ? left : kBM);
   u.col = col;
   u.shared_b = false;
   return u;
@@ -279,7 +305,7 @@ __device__ __forceinline__ Unit pair_unit_of(const WgmmaParams& p, int64_t w, in
 template <bool SWIGLU, bool PAIRS>
 static __global__ void __launch_bounds__(kThreads, 1)
     wgmma_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                              const WgmmaParams p) {
+                              const __grid_constant__ CUtensorMap map_tall, const WgmmaParams p) {
 #ifdef MOE_WGMMA_DEVICE
   extern __shared__ unsigned char smem_raw[];
   // NOTE: the 128-byte swizzle repeats every 1024 bytes and the descriptors assume base offset 0.
@@ -297,6 +323,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_tall)) : "memory");
   }
   if constexpr (PAIRS) {
     cluster_sync();  // the peer's barriers exist before anything arrives on them or copies into its stages
@@ -368,10 +395,12 @@ static __global__ void __launch_bounds__(kThreads, 1)
             mailbox[slot] = make_int4(u.row0, u.rows, u.col, u.expert);
             slot = slot + 1 == kStages ? 0 : slot + 1;
           }
-          mbar_expect_tx(full, kStageBytes);
+          const bool tall = u.rows > kBM;
+          mbar_expect_tx(full, kATileBytes + kBTileBytes + (tall ? kTallTileBytes : 0));
           const uint32_t sa = tiles_base + stage * kStageBytes, sb = sa + kATileBytes;
           constexpr uint32_t kBoxBytes = kBBoxRows * kBK * 2;
           tma_load_2d(sa, &map_a, kb * kBK, u.row0, full, a_policy);
+          if (tall) tma_load_2d(sb + kBTileBytes, &map_tall, kb * kBK, u.row0 + kBM, full, a_policy);
           if (PAIRS && u.shared_b) {  // this CTA's half of the weight tile, into both CTAs
             tma_load_2d_multicast(sb + rank * kBoxBytes, &map_b, kb * kBK, rank == 0 ? b_row0 : b_row1, full, 0x3,
                                   b_policy);
@@ -419,6 +448,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
     int stage = 0;
     uint32_t phase = 0;
     float acc[128];
+    float tall_acc[2][16];  // a tall tile's extra rows: [slice][weight row x extra row fragment]
     const int4* const mailbox = reinterpret_cast<const int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kStages;
     for (int slot = 0;; slot = slot + 1 == kStages ? 0 : slot + 1) {
       mbar_wait(full_bar + 8 * stage, phase);
@@ -436,25 +466,48 @@ static __global__ void __launch_bounds__(kThreads, 1)
         }
         continue;
       }
-      int prev_stage = 0;
-      for (int kb = 0; kb < p.k_blocks; ++kb) {
-        mbar_wait(full_bar + 8 * stage, phase);
-        const uint32_t sa = tiles_base + stage * kStageBytes + consumer * (64 * kBK * 2), sb = tiles_base + stage * kStageBytes + kATileBytes;
-        wgmma_fence();
+      // A tall tile: this warpgroup's two 64-row slices of the weight tile (SwiGLU: the gate and the up rows
+      // of its 64 output columns, so that SwiGLU pairs registers of equal index; plain: its 128 columns)
+      // times the extra rows. 128-byte rows: a 64-row slice is 8 KB on, 1024-byte aligned as the swizzle needs.
+      const bool tall = u.rows > kBM;
+      const uint32_t tall_w0 = SWIGLU ? consumer * 8192 : consumer * 16384;
+      constexpr uint32_t kTallW1 = SWIGLU ? kBBoxRows * kBK * 2 : 8192;  // the second slice, after the first
+      // NOTE: one k-loop per kind of tile: a branch around some of the wgmmas inside the loop makes ptxas
+      // serialise every wgmma of the kernel (C7520).
+      const auto main_loop = [&]<bool TALL>() {
+        int prev_stage = 0;
+        for (int kb = 0; kb < p.k_blocks; ++kb) {
+          mbar_wait(full_bar + 8 * stage, phase);
+          const uint32_t sa = tiles_base + stage * kStageBytes + consumer * (64 * kBK * 2),
+                         sb = tiles_base + stage * kStageBytes + kATileBytes, st = sb + kBTileBytes;
+          wgmma_fence();
 #pragma unroll
-        for (int k16 = 0; k16 < kBK / 16; ++k16)
-          wgmma_m64n256k16(acc, smem_desc(sa + k16 * 32), smem_desc(sb + k16 * 32), kb > 0 || k16 > 0);
-        wgmma_commit();
-        // Keep this k-block's wgmmas in flight; the previous block's have retired, so free its stage.
-        if (kb > 0) {
-          wgmma_wait<1>();
-          release(prev_stage);
+          for (int k16 = 0; k16 < kBK / 16; ++k16) {
+            wgmma_m64n256k16(acc, smem_desc(sa + k16 * 32), smem_desc(sb + k16 * 32), kb > 0 || k16 > 0);
+            if constexpr (TALL) {
+              wgmma_m64n32k16(tall_acc[0], smem_desc(sb + tall_w0 + k16 * 32), smem_desc(st + k16 * 32),
+                              kb > 0 || k16 > 0);
+              wgmma_m64n32k16(tall_acc[1], smem_desc(sb + tall_w0 + kTallW1 + k16 * 32), smem_desc(st + k16 * 32),
+                              kb > 0 || k16 > 0);
+            }
+          }
+          wgmma_commit();
+          // Keep this k-block's wgmmas in flight; the previous block's have retired, so free its stage.
+          if (kb > 0) {
+            wgmma_wait<1>();
+            release(prev_stage);
+          }
+          prev_stage = stage;
+          if (++stage == kStages) stage = 0, phase ^= 1;
         }
-        prev_stage = stage;
-        if (++stage == kStages) stage = 0, phase ^= 1;
+        wgmma_wait<0>();
+        release(prev_stage);
+      };
+      if (tall) {
+        main_loop.template operator()<true>();
+      } else {
+        main_loop.template operator()<false>();
       }
-      wgmma_wait<0>();
-      release(prev_stage);
 
       // Epilogue. Accumulator j*4 + q of this thread: row 16 * warp + lane / 4 + 8 * (q / 2), column
       // 8 * j + 2 * (lane % 4) + q % 2 of the warpgroup's 64 x 256 block.
@@ -479,6 +532,31 @@ static __global__ void __launch_bounds__(kThreads, 1)
             *reinterpret_cast<__nv_bfloat162*>(out_row + column) = __floats2bfloat162_rn(v0, v1);
           } else if (column < p.n) {
             out_row[column] = __float2bfloat16_rn(v0);
+          }
+        }
+      }
+      if (tall) {
+        // tall_acc[s][j*4 + q]: weight row 16 * warp + lane / 4 + 8 * (q / 2) of slice s (an output column),
+        // extra row 8 * j + 2 * (lane % 4) + q % 2 (an output row past the tile's 128).
+        const int tall_rows = u.rows - kBM;
+#pragma unroll
+        for (int j = 0; j < kTallRows / 8; ++j) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int x = j * 8 + (lane % 4) * 2 + q % 2, w = warp * 16 + lane / 4 + (q / 2) * 8;
+            if (x >= tall_rows) continue;
+            bf16* out_row = p.c + (int64_t{u.row0} + kBM + x) * p.n;
+            if constexpr (SWIGLU) {
+              const float g = tall_acc[0][j * 4 + q], up = tall_acc[1][j * 4 + q];
+              const int64_t column = n0 + consumer * 64 + w;
+              if (column < p.n) out_row[column] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * up);
+            } else {
+#pragma unroll
+              for (int slice = 0; slice < 2; ++slice) {
+                const int64_t column = n0 + consumer * 128 + slice * 64 + w;
+                if (column < p.n) out_row[column] = __float2bfloat16_rn(tall_acc[slice][j * 4 + q]);
+              }
+            }
           }
         }
       }
@@ -537,7 +615,8 @@ int sm_count() {
 // One kernel instance: its shared-memory limit raised once per device, a grid of at most one block per SM
 // (PAIRS: the clusters of 2 that fit at once, as the persistent blocks never make room for more).
 template <bool SWIGLU, bool PAIRS>
-void launch_instance(const CUtensorMap& map_a, const CUtensorMap& map_b, const WgmmaParams& p, int64_t max_tiles,
+void launch_instance(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_tall,
+                     const WgmmaParams& p, int64_t max_tiles,
                      cudaStream_t stream) {
   constexpr auto kernel = wgmma_grouped_gemm_kernel<SWIGLU, PAIRS>;
   static std::atomic<int> clusters_by_device[64]{};
@@ -557,11 +636,11 @@ void launch_instance(const CUtensorMap& map_a, const CUtensorMap& map_b, const W
     const int64_t clusters = std::min<int64_t>({int64_t{clusters_by_device[device % 64].load()}, units,
                                                 int64_t{kMaxBlocks / 2}});
     launch_dependent_clusters(kernel, dim3(static_cast<unsigned>(2 * clusters)), dim3(kThreads), kSmemBytes, stream, 2,
-                              map_a, map_b, p);
+                              map_a, map_b, map_tall, p);
   } else {
     const int64_t units = max_tiles * p.n_col_tiles;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>({int64_t{sm_count()}, units, int64_t{kMaxBlocks}}));
-    launch_dependent(kernel, dim3(blocks), dim3(kThreads), kSmemBytes, stream, map_a, map_b, p);
+    launch_dependent(kernel, dim3(blocks), dim3(kThreads), kSmemBytes, stream, map_a, map_b, map_tall, p);
   }
 }
 
@@ -581,19 +660,24 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
   if (g.max_tiles == 0) return;
   constexpr int OUT_COLS = SWIGLU ? kBN / 2 : kBN;
   const int64_t b_rows = SWIGLU ? 2 * g.n : g.n;
+  MOE_CUDA_REQUIRE(g.tall_rows == 0 || g.tall_rows == kTallRows,
+                   "wgmma grouped GEMM: tall_rows " + std::to_string(g.tall_rows) + " must be 0 or " +
+                       std::to_string(kTallRows) + " (build the tile map with wgmma_tall_rows())");
   const CUtensorMap map_a = tensor_map(g.a, g.a_rows, g.k, kBM, "A");
+  const CUtensorMap map_tall = tensor_map(g.a, g.a_rows, g.k, kTallRows, "A (tall tiles' extra rows)");
   const CUtensorMap map_b = tensor_map(g.b, g.n_experts * b_rows, g.k, kBBoxRows, "B");
   const WgmmaParams p{.segment_offsets = g.segment_offsets, .segment_counts = g.segment_counts,
                       .tile_expert = g.tile_expert, .tile_row = g.tile_row, .n_tiles = g.n_tiles, .c = g.c,
                       .n = g.n, .b_rows = b_rows, .k_blocks = static_cast<int32_t>((g.k + kBK - 1) / kBK),
                       .n_col_tiles = static_cast<int32_t>((g.n + OUT_COLS - 1) / OUT_COLS),
-                      .max_tiles = static_cast<int32_t>(g.max_tiles), .raster_rows = schedule.raster_rows,
+                      .max_tiles = static_cast<int32_t>(g.max_tiles), .tall_rows = g.tall_rows,
+                      .raster_rows = schedule.raster_rows,
                       .half_tiles = schedule.half_tiles, .a_hint = schedule.a_hint, .b_hint = schedule.b_hint,
                       .claimed_units = schedule.claimed_units, .scheduler = g.scheduler};
   if (schedule.pairs) {
-    launch_instance<SWIGLU, true>(map_a, map_b, p, g.max_tiles, stream);
+    launch_instance<SWIGLU, true>(map_a, map_b, map_tall, p, g.max_tiles, stream);
   } else {
-    launch_instance<SWIGLU, false>(map_a, map_b, p, g.max_tiles, stream);
+    launch_instance<SWIGLU, false>(map_a, map_b, map_tall, p, g.max_tiles, stream);
   }
 }
 
@@ -616,6 +700,14 @@ static __global__ void gather_rows_kernel(const bf16* __restrict__ x, const int3
 
 int64_t wgmma_scheduler_ints() { return kSchedulerInts; }
 
+int wgmma_tall_rows() {
+  // NOTE: measured on the H200 (bench/RESULTS.md, 8th session), with the raster policy below: Mixtral T=1024
+  // 1.47 -> 1.34-1.39 ms, DeepSeek-V3 T=8192 13.3 -> 12.7 ms, even elsewhere. MOE_WGMMA_TALL=on|off overrides.
+  static const bool tall = env_on_off("MOE_WGMMA_TALL", "whether an expert's last wgmma tile takes up to 32 more rows")
+                               .value_or(true);
+  return tall ? kTallRows : 0;
+}
+
 bool wgmma_grouped_gemm_available() {
 #ifdef MOE_CUDA_SM90A
   static const bool available = [] {
@@ -631,7 +723,7 @@ bool wgmma_grouped_gemm_available() {
 #endif
 }
 
-WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
+WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up) {
   // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29, wgmma iteration 2): half tiles took
   // DeepSeek-V3 T=1024 (32 rows per expert, nearly every tile a half tile) from 6.53 to 5.92 ms, but made
   // T=8192 (256 rows per expert, a fifth of the tiles half) 23% slower: blocks that finish half tiles early
@@ -647,13 +739,40 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
   // most pairs hold a half-empty tile or straddle two experts and load alone but still run in lock step.
   WgmmaSchedule schedule{.half_tiles = rows <= 48 * n_experts, .a_hint = WgmmaSchedule::L2Hint::evict_last,
                          .claimed_units = true, .pairs = rows >= 256 * n_experts};
-  // MOE_WGMMA_HALF_TILES (on/off), MOE_WGMMA_RASTER_ROWS (1..64), MOE_WGMMA_L2 (<A>,<B>: normal, last or
+  // NOTE: raster groups with pairs, measured on the H200 with tall tiles (bench/RESULTS.md, 8th session): a
+  // group as high as an expert's pairs (1 at 256 rows per expert, 8 at 2048) keeps the pairs that share its
+  // weight tiles together and the fewest gathered rows in flight: DeepSeek-V3 T=8192 13.9 -> 12.85 ms with
+  // 1 for gate/up and 4 for down; the down GEMM (short k-loops) does better with at least 4.
+  if (schedule.pairs) {
+    const int pairs_per_expert = static_cast<int>(std::clamp<int64_t>(rows / (256 * n_experts), 1, 8));
+    schedule.raster_rows = gate_up ? pairs_per_expert : std::max(4, pairs_per_expert);
+  }
+  // MOE_WGMMA_HALF_TILES (on/off), MOE_WGMMA_RASTER_ROWS (N or <gate/up N>,<down N>), MOE_WGMMA_L2 (<A>,<B>: normal, last or
   // first), MOE_WGMMA_CLAIM and MOE_WGMMA_PAIRS (on/off) override the policy, for measuring the choices
   // against each other in one device run (scripts/device/wgmma_schedules.sh).
   static const std::optional<bool> half =
       env_on_off("MOE_WGMMA_HALF_TILES", "whether a tile of <= 64 rows runs on one consumer warpgroup");
-  static const int raster_rows = static_cast<int>(
-      env_integer("MOE_WGMMA_RASTER_ROWS", 1, 64, "the row tiles of a raster group").value_or(0));
+  // MOE_WGMMA_RASTER_ROWS: N for both GEMMs, or <gate/up>,<down>.
+  static const std::pair<int, int> raster_rows = [] {  // 0: the policy's
+    const char* v = std::getenv("MOE_WGMMA_RASTER_ROWS");
+    const std::string s = v == nullptr ? "" : v;
+    if (s.empty()) return std::pair{0, 0};
+    const auto rows = [&](const std::string& r) {
+      int n = 0;
+      try {
+        size_t used = 0;
+        n = std::stoi(r, &used);
+        if (used != r.size()) n = 0;
+      } catch (const std::exception&) {
+      }
+      MOE_CUDA_REQUIRE(n >= 1 && n <= 64,
+                       "MOE_WGMMA_RASTER_ROWS must be N or <gate/up N>,<down N>, each 1 to 64, not '" + s + "'");
+      return n;
+    };
+    const size_t comma = s.find(',');
+    if (comma == std::string::npos) return std::pair{rows(s), rows(s)};
+    return std::pair{rows(s.substr(0, comma)), rows(s.substr(comma + 1))};
+  }();
   static const std::pair<int, int> l2 = [] {  // -1: the policy's
     const char* v = std::getenv("MOE_WGMMA_L2");
     const std::string s = v == nullptr ? "" : v;
@@ -679,7 +798,8 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts) {
     schedule.a_hint = static_cast<WgmmaSchedule::L2Hint>(l2.first);
     schedule.b_hint = static_cast<WgmmaSchedule::L2Hint>(l2.second);
   }
-  if (raster_rows > 0) schedule.raster_rows = raster_rows;
+  const int forced_raster = gate_up ? raster_rows.first : raster_rows.second;
+  if (forced_raster > 0) schedule.raster_rows = forced_raster;
   return schedule;
 }
 
@@ -690,10 +810,10 @@ void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaS
   launch_wgmma<false>(args, schedule, stream);
 }
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream) {
-  wgmma_grouped_gemm_swiglu(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts));
+  wgmma_grouped_gemm_swiglu(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts, true));
 }
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
-  wgmma_grouped_gemm(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts));
+  wgmma_grouped_gemm(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts, false));
 }
 
 GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows) {

@@ -178,7 +178,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   int tile_rows = grouped_gemm_tile_rows(capacity < 0 ? double(T * k) / E : double(capacity));
   const bool wgmma = grouped_gemm_kernel_for(tile_rows) == GroupedGemmKernel::wgmma && s.gathered.size() > 0;
   if (wgmma) tile_rows = 128;  // the wgmma kernel's tile height
-  const TileMap tiles = s.permute.tile_map(tile_rows, rows);
+  const TileMap tiles = s.permute.tile_map(tile_rows, rows, wgmma ? wgmma_tall_rows() : 0);
   const PermuteBuffers& pb = s.permute.buffers();
   permute(topk_ids, topk_weights, T, k, E, capacity, s.options.overflow == OverflowPolicy::renormalize, pb, tiles,
           stream);
@@ -187,7 +187,8 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   GroupedGemmArgs up{.a = x, .gather = pb.row_token, .b = s.w13.get(), .c = s.act.get(),
                      .segment_offsets = pb.expert_offsets, .segment_counts = pb.segment_counts,
                      .tile_expert = tiles.tile_expert, .tile_row = tiles.tile_row, .n_tiles = tiles.n_tiles,
-                     .max_tiles = tiles.max_tiles, .k = s.H, .n = s.I, .scheduler = s.wgmma_scheduler.get()};
+                     .max_tiles = tiles.max_tiles, .k = s.H, .n = s.I, .scheduler = s.wgmma_scheduler.get(),
+                     .tall_rows = tiles.tall_rows};
   // Measured in the weight-stream tiles only (bench/RESULTS.md, 7th session, round 3).
   up.early_dependent_launch = tile_rows <= 32;
   if (wgmma) {
@@ -223,15 +224,16 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
     // The shared MLP's rows are contiguous already, so the wgmma kernel needs no gather there.
     const bool shared_wgmma = grouped_gemm_kernel_for(shared_rows) == GroupedGemmKernel::wgmma;
     if (shared_wgmma) shared_rows = 128;
+    const int shared_tall = shared_wgmma ? wgmma_tall_rows() : 0;
     const int64_t shared_tiles = (T + shared_rows - 1) / shared_rows;
     dense_segment(s.shared_offsets, s.shared_counts, T, stream);
     build_tiles(s.shared_offsets, s.shared_counts, 1, shared_rows, s.shared_tile_expert, s.shared_tile_row,
-                s.shared_n_tiles, shared_tiles, stream);
+                s.shared_n_tiles, shared_tiles, stream, shared_tall);
     GroupedGemmArgs sup{.a = x, .gather = nullptr, .b = s.shared_w13.get(), .c = s.shared_act.get(),
                         .segment_offsets = s.shared_offsets, .segment_counts = s.shared_counts,
                         .tile_expert = s.shared_tile_expert, .tile_row = s.shared_tile_row,
                         .n_tiles = s.shared_n_tiles, .max_tiles = shared_tiles, .k = s.H, .n = s.S,
-                        .scheduler = s.wgmma_scheduler.get()};
+                        .scheduler = s.wgmma_scheduler.get(), .tall_rows = shared_tall};
     sup.early_dependent_launch = shared_rows <= 32;
     GroupedGemmArgs sdown = sup;
     sdown.a = s.shared_act.get();

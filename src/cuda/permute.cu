@@ -4,6 +4,8 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
+#include <string>
+
 #include "launch.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
@@ -84,13 +86,20 @@ static __global__ void renormalize_kernel(const float* __restrict__ topk_weights
   }
 }
 
+// The tiles of a segment of `count` rows (TileMap): ceil(count / tile_rows), less the last one when the
+// tile before it can take its at most tall_rows rows.
+__device__ __forceinline__ int32_t tiles_of(int32_t count, int tile_rows, int tall_rows) {
+  const int32_t tiles = (count + tile_rows - 1) / tile_rows;
+  return tiles > 1 && count - (tiles - 1) * tile_rows <= tall_rows ? tiles - 1 : tiles;
+}
+
 static __global__ void tiles_kernel(const int32_t* __restrict__ offsets, const int32_t* __restrict__ counts,
-                                    int n_experts, int tile_rows, int32_t* __restrict__ tile_expert,
+                                    int n_experts, int tile_rows, int tall_rows, int32_t* __restrict__ tile_expert,
                                     int32_t* __restrict__ tile_row, int32_t* __restrict__ n_tiles, int64_t max_tiles) {
   using Scan = cub::BlockScan<int32_t, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   const int e = threadIdx.x;
-  const int32_t tiles = e < n_experts ? (counts[e] + tile_rows - 1) / tile_rows : 0;
+  const int32_t tiles = e < n_experts ? tiles_of(counts[e], tile_rows, tall_rows) : 0;
   int32_t first = 0, total = 0;
   Scan(temp).ExclusiveSum(tiles, first, total);
   if (e == 0) *n_tiles = static_cast<int32_t>(total < max_tiles ? total : max_tiles);
@@ -150,7 +159,7 @@ static __global__ void __launch_bounds__(kSmallThreads)
     b.dropped[tid] = count - segment_count;
   }
   __syncthreads();
-  const int32_t n_tiles_e = tid < n_experts ? (segment_count + tiles.tile_rows - 1) / tiles.tile_rows : 0;
+  const int32_t n_tiles_e = tid < n_experts ? tiles_of(segment_count, tiles.tile_rows, tiles.tall_rows) : 0;
   int32_t first = 0, total = 0;
   Scan(temp).ExclusiveSum(n_tiles_e, first, total);
   if (tid == 0) *tiles.n_tiles = static_cast<int32_t>(total < tiles.max_tiles ? total : tiles.max_tiles);
@@ -242,7 +251,7 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
                                                 b.expert_offsets, b.segment_counts, b.dropped);
   MOE_CUDA_CHECK_LAUNCH();
   build_tiles(b.expert_offsets, b.segment_counts, n_experts, tiles.tile_rows, tiles.tile_expert, tiles.tile_row,
-              tiles.n_tiles, tiles.max_tiles, stream);
+              tiles.n_tiles, tiles.max_tiles, stream, tiles.tall_rows);
   if (n_pairs == 0) return;
   scatter_kernel<<<grid_for(n_pairs), 256, 0, stream>>>(b.sorted_keys, b.sorted_pairs, b.count_prefix,
                                                         b.expert_offsets, topk_weights, n_pairs, top_k, capacity,
@@ -266,10 +275,14 @@ void dense_segment(int32_t* segment_offsets, int32_t* segment_counts, int64_t n_
 }
 
 void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, int tile_rows,
-                 int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream) {
+                 int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream,
+                 int tall_rows) {
   MOE_CUDA_REQUIRE(n_experts >= 1 && n_experts <= kScanThreads, "build_tiles handles 1 to 1024 experts");
-  tiles_kernel<<<1, kScanThreads, 0, stream>>>(segment_offsets, segment_counts, n_experts, tile_rows, tile_expert,
-                                               tile_row, n_tiles, max_tiles);
+  MOE_CUDA_REQUIRE(tile_rows >= 1 && tall_rows >= 0, "build_tiles: tile_rows " + std::to_string(tile_rows) +
+                                                         " must be >= 1 and tall_rows " + std::to_string(tall_rows) +
+                                                         " >= 0");
+  tiles_kernel<<<1, kScanThreads, 0, stream>>>(segment_offsets, segment_counts, n_experts, tile_rows, tall_rows,
+                                               tile_expert, tile_row, n_tiles, max_tiles);
   MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -5,8 +5,9 @@
 // walk several tiles and the stages wrap around. Every case runs under several WgmmaSchedules (half tiles
 // on and off; raster groups of 8 and of 3 row tiles; L2 hints; units claimed from the queue or strided,
 // the queue zeroed again after each launch; clusters on pairs of row tiles, shared weight tiles, pairs that
-// straddle experts, a lone last tile), and one case is built for the half tiles' edges:
-// segments whose last tile holds 1, 63, 64, 65 or 127 rows, and large experts next to small ones.
+// straddle experts, a lone last tile), each with and without tall tiles (an expert's last tile taking up
+// to 32 more rows), and cases are built for the edges of half tiles (segments whose last tile holds 1, 63,
+// 64, 65 or 127 rows, large experts next to small ones) and of tall tiles (129, 160, 161, 256 + 24 rows).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -23,6 +24,8 @@ namespace {
 
 using test::bf16_bits;
 
+constexpr int kTallRows = 32;  // the kernel's (wgmma_tall_rows() unless MOE_WGMMA_TALL=off)
+
 struct Case {
   int64_t H, I;
   std::vector<int> counts;  // rows of each expert
@@ -30,7 +33,7 @@ struct Case {
 
 // One schedule on the gathered rows: gate/up with SwiGLU, then down, against the CPU result `want`; the
 // work-unit queue `scheduler` is shared by every schedule of a case (each launch must leave it zeroed).
-void check_schedule(const Case& c, WgmmaSchedule schedule, const test::Device<uint16_t>& d_gathered,
+void check_schedule(const Case& c, WgmmaSchedule schedule, int tall_rows, const test::Device<uint16_t>& d_gathered,
                     const test::Device<uint16_t>& d_w13, const test::Device<uint16_t>& d_w2,
                     const test::Device<int32_t>& d_offsets, const test::Device<int32_t>& d_counts,
                     const test::Device<int32_t>& scheduler, const Tensor& want) {
@@ -41,13 +44,13 @@ void check_schedule(const Case& c, WgmmaSchedule schedule, const test::Device<ui
   const int64_t max_tiles = rows / 128 + E;
   test::Device<int32_t> tile_expert(max_tiles), tile_row(max_tiles), n_tiles(1);
   build_tiles(d_offsets.get(), d_counts.get(), E, 128, tile_expert.get(), tile_row.get(), n_tiles.get(), max_tiles,
-              nullptr);
+              nullptr, tall_rows);
   GroupedGemmArgs up{.a = reinterpret_cast<const bf16*>(d_gathered.get()), .gather = nullptr,
                      .b = reinterpret_cast<const bf16*>(d_w13.get()), .c = reinterpret_cast<bf16*>(d_act.get()),
                      .segment_offsets = d_offsets.get(), .segment_counts = d_counts.get(),
                      .tile_expert = tile_expert.get(), .tile_row = tile_row.get(), .n_tiles = n_tiles.get(),
                      .max_tiles = max_tiles, .k = H, .n = I, .n_experts = E, .a_rows = rows,
-                     .scheduler = scheduler.get()};
+                     .scheduler = scheduler.get(), .tall_rows = tall_rows};
   wgmma_grouped_gemm_swiglu(up, nullptr, schedule);
   MOE_CUDA_CHECK(cudaGetLastError());
   GroupedGemmArgs down = up;
@@ -120,11 +123,13 @@ void check_case(const Case& c, test::TestRng& rng) {
         WgmmaSchedule{.half_tiles = true, .raster_rows = 8, .a_hint = L2Hint::evict_last, .claimed_units = true,
                       .pairs = true},
         WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .pairs = true}}) {
-    SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") + ", raster rows " +
-                 std::to_string(schedule.raster_rows) + ", L2 hints " + hint_name(schedule.a_hint) + "/" +
-                 hint_name(schedule.b_hint) + ", units " + (schedule.claimed_units ? "claimed" : "strided") +
-                 (schedule.pairs ? ", pairs" : ""));
-    check_schedule(c, schedule, d_gathered, d_w13, d_w2, d_offsets, d_counts, scheduler, want);
+    for (const int tall_rows : {0, kTallRows}) {
+      SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") + ", raster rows " +
+                   std::to_string(schedule.raster_rows) + ", L2 hints " + hint_name(schedule.a_hint) + "/" +
+                   hint_name(schedule.b_hint) + ", units " + (schedule.claimed_units ? "claimed" : "strided") +
+                   (schedule.pairs ? ", pairs" : "") + ", tall rows " + std::to_string(tall_rows));
+      check_schedule(c, schedule, tall_rows, d_gathered, d_w13, d_w2, d_offsets, d_counts, scheduler, want);
+    }
   }
 }
 
@@ -150,6 +155,20 @@ TEST(CudaWgmmaGroupedGemm, PairsOfRowTilesShareWeightsOrNot) {
   check_case({.H = 128, .I = 200, .counts = {300}}, rng);          // 3 tiles: a shared pair and a lone tile
   check_case({.H = 192, .I = 256, .counts = {256, 256}}, rng);     // every pair one expert's
   check_case({.H = 128, .I = 136, .counts = {100, 300, 5}}, rng);  // pairs that straddle two experts
+  check_case({.H = 128, .I = 136, .counts = {280, 280}}, rng);     // tall: pairs of a full and a tall tile
+}
+
+TEST(CudaWgmmaGroupedGemm, TallTilesRunTheirExtraRows) {
+  MOE_SKIP_WITHOUT_GPU();
+  if (!wgmma_grouped_gemm_available()) GTEST_SKIP() << "no sm_90a build or not a compute capability 9.0 GPU";
+  test::TestRng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  // Tall tiles of 129 (one extra row), 160 (all 32) and 152 (256 + 24) rows; 161 and 300 stay two and three
+  // tiles. K = 200 ends mid k-block; N = 136 (SwiGLU) and 200 (down) mask columns in the extra rows'
+  // output, whose columns are the weight rows of the swapped GEMM.
+  check_case({.H = 200, .I = 136, .counts = {129, 160, 161, 280, 0, 32, 300}}, rng);
+  // The extra rows through a plain GEMM whose two weight slices a warpgroup holds both fall inside N.
+  check_case({.H = 256, .I = 256, .counts = {150, 3, 286}}, rng);
 }
 
 TEST(CudaWgmmaGroupedGemm, SchedulesAgreeOnHalfTiles) {
@@ -163,18 +182,29 @@ TEST(CudaWgmmaGroupedGemm, SchedulesAgreeOnHalfTiles) {
 }
 
 TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
-  for (const char* var : {"MOE_WGMMA_HALF_TILES", "MOE_WGMMA_L2", "MOE_WGMMA_CLAIM", "MOE_WGMMA_PAIRS"})
+  for (const char* var :
+       {"MOE_WGMMA_HALF_TILES", "MOE_WGMMA_L2", "MOE_WGMMA_CLAIM", "MOE_WGMMA_PAIRS", "MOE_WGMMA_RASTER_ROWS"})
     if (std::getenv(var) != nullptr) GTEST_SKIP() << var << " overrides the policy";
-  EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256).half_tiles);    // DeepSeek-V3 T=1024: 32 rows per expert
-  EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256).half_tiles);   // DeepSeek-V3 T=8192: 256
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128).half_tiles);   // Qwen3 T=1024: 64, half of the tiles full
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8).half_tiles);     // Mixtral T=1024: 256
-  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256).a_hint, WgmmaSchedule::L2Hint::evict_last);
-  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256).claimed_units);
-  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256).pairs);    // 256 rows per expert: clusters share weights
-  EXPECT_TRUE(wgmma_schedule_for(8192 * 2, 8).pairs);      // Mixtral T=8192: 2048
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256).pairs);   // DeepSeek-V3 T=1024: 32
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128).pairs);   // Qwen3 T=1024: 64
+  EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256, true).half_tiles);    // DeepSeek-V3 T=1024: 32 rows per expert
+  EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256, true).half_tiles);   // DeepSeek-V3 T=8192: 256
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128, true).half_tiles);   // Qwen3 T=1024: 64, half of the tiles full
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8, true).half_tiles);     // Mixtral T=1024: 256
+  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, true).a_hint, WgmmaSchedule::L2Hint::evict_last);
+  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256, true).claimed_units);
+  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256, true).pairs);    // 256 rows per expert: clusters share weights
+  EXPECT_TRUE(wgmma_schedule_for(8192 * 2, 8, true).pairs);      // Mixtral T=8192: 2048
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256, true).pairs);   // DeepSeek-V3 T=1024: 32
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128, true).pairs);   // Qwen3 T=1024: 64
+  // Raster groups with pairs: an expert's pairs for gate/up, at least 4 for down; 8 without pairs.
+  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, true).raster_rows, 1);   // DeepSeek-V3 T=8192
+  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, false).raster_rows, 4);
+  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 128, true).raster_rows, 2);   // Qwen3 T=8192: 512 rows per expert
+  EXPECT_EQ(wgmma_schedule_for(8192 * 2, 8, true).raster_rows, 8);     // Mixtral T=8192: 2048
+  EXPECT_EQ(wgmma_schedule_for(8192 * 2, 8, false).raster_rows, 8);
+  EXPECT_EQ(wgmma_schedule_for(1024 * 8, 256, true).raster_rows, 8);   // DeepSeek-V3 T=1024: no pairs
+  if (std::getenv("MOE_WGMMA_TALL") == nullptr) {
+    EXPECT_EQ(wgmma_tall_rows(), kTallRows);
+  }
 }
 
 TEST(CudaWgmmaGroupedGemm, GatherRowsCopiesTokenRowsAndZeroesUnusedOnes) {

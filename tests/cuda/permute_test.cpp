@@ -61,7 +61,9 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
           const PermuteBuffers& b = workspace.buffers();
           test::Device<int32_t> d_ids(ids);
           test::Device<float> d_weights(weights);
-          const TileMap tiles = workspace.tile_map(16, std::max<int64_t>(rows, 1));
+          // Tall tiles (the wgmma kernel's) on every other case: both tile-map builders (one-block, sorted).
+          const int tall_rows = renormalize ? 5 : 0;
+          const TileMap tiles = workspace.tile_map(16, std::max<int64_t>(rows, 1), tall_rows);
           for (int32_t* p : {b.expert_counts, b.expert_offsets, b.segment_counts, b.dropped}) junk(p, E);
           junk(b.pair_rows, T * k);
           junk(b.pair_weights, T * k);
@@ -79,7 +81,9 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
             EXPECT_EQ(counts[e], want.expert_counts.data_as<int64_t>()[e]);
             EXPECT_EQ(dropped[e], want.dropped_per_expert.data_as<int64_t>()[e]);
           }
-          // The tile map covers every filled row of every segment exactly once.
+          // The tile map covers every filled row of every segment exactly once; with tall tiles a tile takes
+          // the rest of its segment when at most 16 + tall_rows rows are left, and no tile is left with fewer
+          // than tall_rows + 1 rows unless it is its segment's only one.
           const auto n = host(tiles.n_tiles, 1)[0];
           const auto t_expert = host(tiles.tile_expert, n), t_row = host(tiles.tile_row, n);
           int64_t covered = 0;
@@ -88,7 +92,11 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
             ASSERT_TRUE(e >= 0 && e < E);
             ASSERT_GE(t_row[i], offsets[e]);
             ASSERT_LT(t_row[i], offsets[e] + counts[e]);
-            covered += std::min<int64_t>(16, offsets[e] + counts[e] - t_row[i]);
+            const int64_t left = offsets[e] + counts[e] - t_row[i];
+            covered += left <= 16 + tall_rows ? left : 16;
+            if (t_row[i] > offsets[e]) {
+              EXPECT_GT(left, tall_rows) << "tile " << i << " should have been merged";
+            }
           }
           int64_t filled = 0;
           for (int e = 0; e < E; ++e) filled += counts[e];
@@ -111,6 +119,22 @@ TEST(CudaPermute, TileMapCoversEverySegmentOnce) {
   const auto experts = tile_expert.host(), rows = tile_row.host();
   EXPECT_EQ(std::vector<int32_t>(experts.begin(), experts.begin() + 6), (std::vector<int32_t>{0, 2, 2, 2, 3, 3}));
   EXPECT_EQ(std::vector<int32_t>(rows.begin(), rows.begin() + 6), (std::vector<int32_t>{0, 5, 21, 37, 40, 56}));
+}
+
+TEST(CudaPermute, TallTilesTakeShortRemainders) {
+  MOE_SKIP_WITHOUT_GPU();
+  // Tiles of 16 that take up to 4 more rows: 5 rows one tile; 35 two (16, then 16 + 3); 37 three (5 left is
+  // more than 4); 20 one tile of 20; 21 two (16, 5).
+  const std::vector<int32_t> offsets = {0, 5, 40, 77, 97}, counts = {5, 35, 37, 20, 21};
+  test::Device<int32_t> d_offsets(offsets), d_counts(counts), tile_expert(64), tile_row(64), n_tiles(1);
+  build_tiles(d_offsets.get(), d_counts.get(), 5, 16, tile_expert.get(), tile_row.get(), n_tiles.get(), 64, nullptr,
+              4);
+  ASSERT_EQ(n_tiles.host()[0], 1 + 2 + 3 + 1 + 2);
+  const auto experts = tile_expert.host(), rows = tile_row.host();
+  EXPECT_EQ(std::vector<int32_t>(experts.begin(), experts.begin() + 9),
+            (std::vector<int32_t>{0, 1, 1, 2, 2, 2, 3, 4, 4}));
+  EXPECT_EQ(std::vector<int32_t>(rows.begin(), rows.begin() + 9),
+            (std::vector<int32_t>{0, 5, 21, 40, 56, 72, 77, 97, 113}));
 }
 
 }  // namespace

@@ -64,12 +64,16 @@ void fill_iota(int32_t* out, int64_t n, cudaStream_t stream);
 
 // The grouped GEMM's tile map: tiles of `tile_rows` rows that never straddle two segments;
 // tile i covers rows [tile_row[i], tile_row[i] + tile_rows) of expert tile_expert[i], for i < *n_tiles.
+// tall_rows > 0 (the wgmma kernel's tall tiles): a segment's last tile also takes the rows after it when
+// at most tall_rows are left, instead of a tile of its own for them (a segment of 2 * tile_rows + 5 rows
+// gets two tiles, the second of tile_rows + 5 rows).
 struct TileMap {
   int tile_rows;
   int32_t* tile_expert;  // [max_tiles]
   int32_t* tile_row;     // [max_tiles]
   int32_t* n_tiles;      // [1]
   int64_t max_tiles;
+  int tall_rows = 0;
 };
 
 // capacity < 0: contiguous layout (n_rows = T*k). capacity >= 0: padded layout (n_rows = E*capacity),
@@ -83,9 +87,10 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
 // One segment of n_rows rows at row 0 (a dense MLP, e.g. the shared experts, through the grouped GEMM).
 void dense_segment(int32_t* segment_offsets, int32_t* segment_counts, int64_t n_rows, cudaStream_t stream);
 
-// The tile map of arbitrary segments (offsets, counts); max_tiles bounds the arrays.
+// The tile map of arbitrary segments (offsets, counts); max_tiles bounds the arrays; tall_rows as in TileMap.
 void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, int tile_rows,
-                 int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream);
+                 int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream,
+                 int tall_rows = 0);
 
 // ---- grouped_gemm.cu -------------------------------------------------------------------------------
 // Grouped GEMMs over expert segments, bf16 inputs, fp32 accumulation (mma.sync tensor cores).
@@ -108,6 +113,9 @@ struct GroupedGemmArgs {
   // The wgmma kernel's work-unit queue: wgmma_scheduler_ints() ints, zeroed once by the owner (cudaMemset);
   // every launch leaves them zeroed again, so launches that share it must run in stream order.
   int32_t* scheduler = nullptr;
+  // The tile map's tall_rows (TileMap): 0, or wgmma_tall_rows() for the wgmma kernel, whose tall tiles run
+  // their extra rows as a small GEMM beside the 128-row one on the same weight tile.
+  int32_t tall_rows = 0;
   // The tile map and the segment arrays were complete before the kernel just before this one in the stream
   // passed its grid wait (it is a launch_dependent kernel that waits before it lets this one launch: the
   // down GEMM after the gate/up GEMM). The mma.sync kernel then reads them and streams its first weight
@@ -152,10 +160,14 @@ struct WgmmaSchedule {
 };
 // The ints of GroupedGemmArgs::scheduler.
 int64_t wgmma_scheduler_ints();
-// The measured policy for `rows` rows over `n_experts` segments (half tiles only where nearly every tile is
-// one); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N, MOE_WGMMA_L2=<A hint>,<B hint> (each
-// normal, last or first), MOE_WGMMA_CLAIM=on|off and MOE_WGMMA_PAIRS=on|off in the environment override it.
-WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts);
+// The tall_rows of the wgmma kernel's tile maps: a segment's last 128-row tile takes up to this many more
+// rows (32), so that a segment of 256 + 5 rows runs as two tiles, not three; MOE_WGMMA_TALL=off gives 0.
+int wgmma_tall_rows();
+// The measured policy for `rows` rows over `n_experts` segments, for the gate/up GEMM or the down GEMM
+// (half tiles only where nearly every tile is one); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N
+// or <gate/up N>,<down N>, MOE_WGMMA_L2=<A hint>,<B hint> (each normal, last or first),
+// MOE_WGMMA_CLAIM=on|off and MOE_WGMMA_PAIRS=on|off in the environment override it.
+WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaSchedule schedule);
