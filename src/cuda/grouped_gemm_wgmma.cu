@@ -728,7 +728,9 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up) 
   // DeepSeek-V3 T=1024 (32 rows per expert, nearly every tile a half tile) from 6.53 to 5.92 ms, but made
   // T=8192 (256 rows per expert, a fifth of the tiles half) 23% slower: blocks that finish half tiles early
   // drift out of step with the blocks that read the same expert's weight tiles, which then come from
-  // memory more than once. So half tiles only where nearly every tile is one.
+  // memory more than once. So half tiles only where nearly every tile is one. At 64 rows per expert (half of
+  // the tiles half; 8th session, with tall tiles) they measured 1.5-4% faster: Qwen3 T=1024 426 -> 420 us,
+  // Mixtral T=256 832 -> 806 us, DeepSeek-V3 T=2048 6.72 -> 6.45 ms.
   // NOTE: the gathered A rows of a row tile are read by all its column tiles (16 blocks for DeepSeek-V3's
   // gate/up GEMM), which drift apart by more than the L2 holds while the weights stream through it, so
   // without a hint A came from DRAM once per column tile (bench/RESULTS.md, 3rd session: the GEMMs read
@@ -737,7 +739,7 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up) 
   // Mixtral T=8192 (2048 rows per expert), 1% on DeepSeek-V3 T=8192 (256), even on Qwen3 T=8192 (512) and
   // Mixtral T=1024 (256), and 3-7% slower at 32-64 rows per expert (DeepSeek-V3 and Qwen3 T=1024), where
   // most pairs hold a half-empty tile or straddle two experts and load alone but still run in lock step.
-  WgmmaSchedule schedule{.half_tiles = rows <= 48 * n_experts, .a_hint = WgmmaSchedule::L2Hint::evict_last,
+  WgmmaSchedule schedule{.half_tiles = rows <= 64 * n_experts, .a_hint = WgmmaSchedule::L2Hint::evict_last,
                          .claimed_units = true, .pairs = rows >= 256 * n_experts};
   // NOTE: raster groups with pairs, measured on the H200 with tall tiles (bench/RESULTS.md, 8th session): a
   // group as high as an expert's pairs (1 at 256 rows per expert, 8 at 2048) keeps the pairs that share its

@@ -112,35 +112,53 @@ static __global__ void tiles_kernel(const int32_t* __restrict__ offsets, const i
 // Small batches (E <= 256, pairs <= 16384): the whole permute and the tile map in one block, one launch.
 // Each warp owns a slice of the pairs; per-warp counts give each warp its base inside every expert, and
 // the warp walks its slice in order, 32 pairs at a time, ranking equal experts with __match_any_sync:
-// a stable counting sort.
-constexpr int kSmallWarps = 8, kSmallThreads = kSmallWarps * 32, kSmallMaxExperts = kSmallThreads,
-              kSmallMaxPairs = 16384;
+// a stable counting sort. A warp loads its slice's ids and weights into registers at once (the passes over
+// the slice were chains of dependent loads: Qwen3 T=1024, 8192 pairs, took 31.6 us in 8 warps); the block
+// takes 16 warps from kSmallWideFrom pairs (registers for 32 chunks a lane) and 8 below, where a larger
+// block's scans and barriers would cost more than its shorter slices save.
+constexpr int kSmallMaxExperts = 256, kSmallMaxPairs = 16384, kSmallWideFrom = 2048;
 
-static __global__ void __launch_bounds__(kSmallThreads)
+template <int WARPS>
+static __global__ void __launch_bounds__(WARPS * 32)
     permute_small_kernel(const int32_t* __restrict__ ids, const float* __restrict__ topk_weights, int64_t n_tokens,
                          int top_k, int n_experts, int64_t capacity, bool renormalize, PermuteBuffers b,
                          TileMap tiles) {
-  using Scan = cub::BlockScan<int32_t, kSmallThreads>;
+  constexpr int kThreads = WARPS * 32;
+  static_assert(kThreads >= kSmallMaxExperts, "a thread per expert");
+  using Scan = cub::BlockScan<int32_t, kThreads>;
   __shared__ typename Scan::TempStorage temp;
-  __shared__ int32_t warp_base[kSmallWarps][kSmallMaxExperts];
+  __shared__ int32_t warp_base[WARPS][kSmallMaxExperts];
   __shared__ int32_t prefix[kSmallMaxExperts];
   wait_for_prior_grids();
   allow_dependent_launch();
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n_pairs = static_cast<int>(n_tokens * top_k);
-  for (int i = tid; i < kSmallWarps * kSmallMaxExperts; i += kSmallThreads) (&warp_base[0][0])[i] = 0;
+  for (int i = tid; i < WARPS * kSmallMaxExperts; i += kThreads) (&warp_base[0][0])[i] = 0;
   if (capacity >= 0)
-    for (int64_t r = tid; r < n_experts * capacity; r += kSmallThreads) b.row_token[r] = -1;
+    for (int64_t r = tid; r < n_experts * capacity; r += kThreads) b.row_token[r] = -1;
   __syncthreads();
-  const int per_warp = (n_pairs + kSmallWarps - 1) / kSmallWarps;
+  const int per_warp = (n_pairs + WARPS - 1) / WARPS;
   const int begin = min(n_pairs, warp * per_warp), end = min(n_pairs, begin + per_warp);
-  for (int i = begin + lane; i < end; i += 32) atomicAdd(&warp_base[warp][ids[i]], 1);
+  // The slice's ids and weights in registers, loaded at once (independent loads: one latency, not one a
+  // chunk); the launch keeps a slice within kChunks chunks of 32.
+  constexpr int kChunks = (WARPS == 16 ? kSmallMaxPairs : kSmallWideFrom) / kThreads;
+  int32_t slice_ids[kChunks];
+  float slice_weights[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = begin + c * 32 + lane;
+    slice_ids[c] = i < end ? ids[i] : -1;
+    slice_weights[c] = i < end ? topk_weights[i] : 0.0f;
+  }
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c)
+    if (slice_ids[c] >= 0) atomicAdd(&warp_base[warp][slice_ids[c]], 1);
   __syncthreads();
 
   // Thread e: its expert's total, and each warp's exclusive base inside the expert.
   int32_t count = 0;
   if (tid < n_experts)
-    for (int w = 0; w < kSmallWarps; ++w) {
+    for (int w = 0; w < WARPS; ++w) {
       const int32_t c = warp_base[w][tid];
       warp_base[w][tid] = count;
       count += c;
@@ -168,10 +186,12 @@ static __global__ void __launch_bounds__(kSmallThreads)
     tiles.tile_row[first + i] = segment_offset + i * tiles.tile_rows;
   }
 
-  for (int chunk = begin; chunk < end; chunk += 32) {
-    const int i = chunk + lane;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    if (begin + c * 32 >= end) break;
+    const int i = begin + c * 32 + lane;
     const bool valid = i < end;
-    const int32_t e = valid ? ids[i] : -1;
+    const int32_t e = slice_ids[c];
     const unsigned peers = __match_any_sync(0xffffffffu, e);
     const int rank_in_chunk = __popc(peers & ((1u << lane) - 1u));
     if (valid) {
@@ -182,7 +202,7 @@ static __global__ void __launch_bounds__(kSmallThreads)
       } else {
         const int64_t row = capacity < 0 ? prefix[e] + rank : e * capacity + rank;
         b.pair_rows[i] = static_cast<int32_t>(row);
-        b.pair_weights[i] = topk_weights[i];
+        b.pair_weights[i] = slice_weights[c];
         b.row_token[row] = i / top_k;
       }
     }
@@ -192,7 +212,7 @@ static __global__ void __launch_bounds__(kSmallThreads)
   }
   if (capacity < 0 || !renormalize) return;
   __syncthreads();
-  for (int64_t t = tid; t < n_tokens; t += kSmallThreads) {
+  for (int64_t t = tid; t < n_tokens; t += kThreads) {
     float original = 0.0f, kept = 0.0f;
     for (int j = 0; j < top_k; ++j) {
       original += topk_weights[t * top_k + j];
@@ -232,8 +252,14 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
                    "the CUDA permute handles 1 to 1024 experts, got " + std::to_string(n_experts));
   const int64_t n_pairs = n_tokens * top_k;
   if (n_experts <= kSmallMaxExperts && n_pairs <= kSmallMaxPairs) {
-    launch_dependent(permute_small_kernel, dim3(1), dim3(kSmallThreads), 0, stream, topk_ids, topk_weights, n_tokens,
-                     top_k, n_experts, capacity, renormalize, b, tiles);
+    // NOTE: each variant's kChunks covers its slices: 16384 pairs over 16 warps, < 2048 over 8.
+    if (n_pairs >= kSmallWideFrom) {
+      launch_dependent(permute_small_kernel<16>, dim3(1), dim3(16 * 32), 0, stream, topk_ids, topk_weights, n_tokens,
+                       top_k, n_experts, capacity, renormalize, b, tiles);
+    } else {
+      launch_dependent(permute_small_kernel<8>, dim3(1), dim3(8 * 32), 0, stream, topk_ids, topk_weights, n_tokens,
+                       top_k, n_experts, capacity, renormalize, b, tiles);
+    }
     return;
   }
   const int64_t n_rows = capacity < 0 ? n_pairs : n_experts * capacity;

@@ -187,7 +187,8 @@ TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
     if (std::getenv(var) != nullptr) GTEST_SKIP() << var << " overrides the policy";
   EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256, true).half_tiles);    // DeepSeek-V3 T=1024: 32 rows per expert
   EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256, true).half_tiles);   // DeepSeek-V3 T=8192: 256
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128, true).half_tiles);   // Qwen3 T=1024: 64, half of the tiles full
+  EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 128, true).half_tiles);    // Qwen3 T=1024: 64, half of the tiles full
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8 + 8, 128, true).half_tiles);
   EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8, true).half_tiles);     // Mixtral T=1024: 256
   EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, true).a_hint, WgmmaSchedule::L2Hint::evict_last);
   EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256, true).claimed_units);
