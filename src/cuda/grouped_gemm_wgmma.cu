@@ -708,6 +708,13 @@ int wgmma_tall_rows() {
   return tall ? kTallRows : 0;
 }
 
+bool wgmma_even_tiles(int64_t rows, int64_t n_experts) {
+  // NOTE: measured on the H200 (bench/RESULTS.md, 8th session). MOE_WGMMA_EVEN_TILES=on|off overrides.
+  static const std::optional<bool> forced =
+      env_on_off("MOE_WGMMA_EVEN_TILES", "whether an expert's odd tile count gets an empty tile to pair");
+  return forced.value_or(wgmma_schedule_for(rows, n_experts, true).pairs);
+}
+
 bool wgmma_grouped_gemm_available() {
 #ifdef MOE_CUDA_SM90A
   static const bool available = [] {

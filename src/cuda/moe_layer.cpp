@@ -178,7 +178,8 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   int tile_rows = grouped_gemm_tile_rows(capacity < 0 ? double(T * k) / E : double(capacity));
   const bool wgmma = grouped_gemm_kernel_for(tile_rows) == GroupedGemmKernel::wgmma && s.gathered.size() > 0;
   if (wgmma) tile_rows = 128;  // the wgmma kernel's tile height
-  const TileMap tiles = s.permute.tile_map(tile_rows, rows, wgmma ? wgmma_tall_rows() : 0);
+  const TileMap tiles =
+      s.permute.tile_map(tile_rows, rows, wgmma ? wgmma_tall_rows() : 0, wgmma && wgmma_even_tiles(rows, E));
   const PermuteBuffers& pb = s.permute.buffers();
   permute(topk_ids, topk_weights, T, k, E, capacity, s.options.overflow == OverflowPolicy::renormalize, pb, tiles,
           stream);
@@ -225,10 +226,14 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
     const bool shared_wgmma = grouped_gemm_kernel_for(shared_rows) == GroupedGemmKernel::wgmma;
     if (shared_wgmma) shared_rows = 128;
     const int shared_tall = shared_wgmma ? wgmma_tall_rows() : 0;
-    const int64_t shared_tiles = (T + shared_rows - 1) / shared_rows;
+    const bool shared_even = shared_wgmma && wgmma_even_tiles(T, 1);
+    const int64_t shared_tiles = (T + shared_rows - 1) / shared_rows + (shared_even ? 1 : 0);
     dense_segment(s.shared_offsets, s.shared_counts, T, stream);
-    build_tiles(s.shared_offsets, s.shared_counts, 1, shared_rows, s.shared_tile_expert, s.shared_tile_row,
-                s.shared_n_tiles, shared_tiles, stream, shared_tall);
+    build_tiles(s.shared_offsets, s.shared_counts, 1,
+                TileMap{.tile_rows = shared_rows, .tile_expert = s.shared_tile_expert, .tile_row = s.shared_tile_row,
+                        .n_tiles = s.shared_n_tiles, .max_tiles = shared_tiles, .tall_rows = shared_tall,
+                        .even_tiles = shared_even},
+                stream);
     GroupedGemmArgs sup{.a = x, .gather = nullptr, .b = s.shared_w13.get(), .c = s.shared_act.get(),
                         .segment_offsets = s.shared_offsets, .segment_counts = s.shared_counts,
                         .tile_expert = s.shared_tile_expert, .tile_row = s.shared_tile_row,

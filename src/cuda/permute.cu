@@ -88,25 +88,36 @@ static __global__ void renormalize_kernel(const float* __restrict__ topk_weights
 
 // The tiles of a segment of `count` rows (TileMap): ceil(count / tile_rows), less the last one when the
 // tile before it can take its at most tall_rows rows.
-__device__ __forceinline__ int32_t tiles_of(int32_t count, int tile_rows, int tall_rows) {
-  const int32_t tiles = (count + tile_rows - 1) / tile_rows;
-  return tiles > 1 && count - (tiles - 1) * tile_rows <= tall_rows ? tiles - 1 : tiles;
+__device__ __forceinline__ int32_t tiles_with_rows(int32_t count, const TileMap& map) {
+  const int32_t tiles = (count + map.tile_rows - 1) / map.tile_rows;
+  return tiles > 1 && count - (tiles - 1) * map.tile_rows <= map.tall_rows ? tiles - 1 : tiles;
+}
+// ... and with even_tiles, one more, empty, where that count is odd.
+__device__ __forceinline__ int32_t tiles_of(int32_t count, const TileMap& map) {
+  const int32_t tiles = tiles_with_rows(count, map);
+  return map.even_tiles && tiles % 2 == 1 ? tiles + 1 : tiles;
+}
+
+// Segment e's tiles from index `first` (its exclusive scan of tiles_of): tile i starts at row
+// offset + i * tile_rows, an empty one (even_tiles) at the segment's end.
+__device__ __forceinline__ void write_tiles(int e, int32_t offset, int32_t count, int32_t first, const TileMap& map) {
+  const int32_t with_rows = tiles_with_rows(count, map), tiles = tiles_of(count, map);
+  for (int32_t i = 0; i < tiles && first + i < map.max_tiles; ++i) {
+    map.tile_expert[first + i] = e;
+    map.tile_row[first + i] = i < with_rows ? offset + i * map.tile_rows : offset + count;
+  }
 }
 
 static __global__ void tiles_kernel(const int32_t* __restrict__ offsets, const int32_t* __restrict__ counts,
-                                    int n_experts, int tile_rows, int tall_rows, int32_t* __restrict__ tile_expert,
-                                    int32_t* __restrict__ tile_row, int32_t* __restrict__ n_tiles, int64_t max_tiles) {
+                                    int n_experts, TileMap map) {
   using Scan = cub::BlockScan<int32_t, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   const int e = threadIdx.x;
-  const int32_t tiles = e < n_experts ? tiles_of(counts[e], tile_rows, tall_rows) : 0;
+  const int32_t tiles = e < n_experts ? tiles_of(counts[e], map) : 0;
   int32_t first = 0, total = 0;
   Scan(temp).ExclusiveSum(tiles, first, total);
-  if (e == 0) *n_tiles = static_cast<int32_t>(total < max_tiles ? total : max_tiles);
-  for (int32_t i = 0; i < tiles && first + i < max_tiles; ++i) {
-    tile_expert[first + i] = e;
-    tile_row[first + i] = offsets[e] + i * tile_rows;
-  }
+  if (e == 0) *map.n_tiles = static_cast<int32_t>(total < map.max_tiles ? total : map.max_tiles);
+  if (e < n_experts) write_tiles(e, offsets[e], counts[e], first, map);
 }
 
 // Small batches (E <= 256, pairs <= 16384): the whole permute and the tile map in one block, one launch.
@@ -177,14 +188,11 @@ static __global__ void __launch_bounds__(WARPS * 32)
     b.dropped[tid] = count - segment_count;
   }
   __syncthreads();
-  const int32_t n_tiles_e = tid < n_experts ? tiles_of(segment_count, tiles.tile_rows, tiles.tall_rows) : 0;
+  const int32_t n_tiles_e = tid < n_experts ? tiles_of(segment_count, tiles) : 0;
   int32_t first = 0, total = 0;
   Scan(temp).ExclusiveSum(n_tiles_e, first, total);
   if (tid == 0) *tiles.n_tiles = static_cast<int32_t>(total < tiles.max_tiles ? total : tiles.max_tiles);
-  for (int32_t i = 0; i < n_tiles_e && first + i < tiles.max_tiles; ++i) {
-    tiles.tile_expert[first + i] = tid;
-    tiles.tile_row[first + i] = segment_offset + i * tiles.tile_rows;
-  }
+  if (tid < n_experts) write_tiles(tid, segment_offset, segment_count, first, tiles);
 
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
@@ -276,8 +284,7 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
   layout_kernel<<<1, kScanThreads, 0, stream>>>(b.expert_counts, n_experts, capacity, b.count_prefix,
                                                 b.expert_offsets, b.segment_counts, b.dropped);
   MOE_CUDA_CHECK_LAUNCH();
-  build_tiles(b.expert_offsets, b.segment_counts, n_experts, tiles.tile_rows, tiles.tile_expert, tiles.tile_row,
-              tiles.n_tiles, tiles.max_tiles, stream, tiles.tall_rows);
+  build_tiles(b.expert_offsets, b.segment_counts, n_experts, tiles, stream);
   if (n_pairs == 0) return;
   scatter_kernel<<<grid_for(n_pairs), 256, 0, stream>>>(b.sorted_keys, b.sorted_pairs, b.count_prefix,
                                                         b.expert_offsets, topk_weights, n_pairs, top_k, capacity,
@@ -300,16 +307,22 @@ void dense_segment(int32_t* segment_offsets, int32_t* segment_counts, int64_t n_
   MOE_CUDA_CHECK_LAUNCH();
 }
 
-void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, int tile_rows,
-                 int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream,
-                 int tall_rows) {
+void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, const TileMap& tiles,
+                 cudaStream_t stream) {
   MOE_CUDA_REQUIRE(n_experts >= 1 && n_experts <= kScanThreads, "build_tiles handles 1 to 1024 experts");
-  MOE_CUDA_REQUIRE(tile_rows >= 1 && tall_rows >= 0, "build_tiles: tile_rows " + std::to_string(tile_rows) +
-                                                         " must be >= 1 and tall_rows " + std::to_string(tall_rows) +
-                                                         " >= 0");
-  tiles_kernel<<<1, kScanThreads, 0, stream>>>(segment_offsets, segment_counts, n_experts, tile_rows, tall_rows,
-                                               tile_expert, tile_row, n_tiles, max_tiles);
+  MOE_CUDA_REQUIRE(tiles.tile_rows >= 1 && tiles.tall_rows >= 0,
+                   "build_tiles: tile_rows " + std::to_string(tiles.tile_rows) + " must be >= 1 and tall_rows " +
+                       std::to_string(tiles.tall_rows) + " >= 0");
+  tiles_kernel<<<1, kScanThreads, 0, stream>>>(segment_offsets, segment_counts, n_experts, tiles);
   MOE_CUDA_CHECK_LAUNCH();
+}
+
+void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, int tile_rows,
+                 int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream) {
+  build_tiles(segment_offsets, segment_counts, n_experts,
+              TileMap{.tile_rows = tile_rows, .tile_expert = tile_expert, .tile_row = tile_row, .n_tiles = n_tiles,
+                      .max_tiles = max_tiles},
+              stream);
 }
 
 }  // namespace moe::cuda

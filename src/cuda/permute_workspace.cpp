@@ -9,8 +9,9 @@ namespace moe::cuda {
 
 PermuteWorkspace::PermuteWorkspace(int64_t n_segments, int64_t max_pairs, int64_t max_rows)
     : n_segments_(n_segments), max_rows_(max_rows) {
-  // Bound for every tile height: the sum over segments of ceil(count / tile_rows) <= rows + segments.
-  const int64_t max_tiles = max_rows + n_segments;
+  // Bound for every tile height: the sum over segments of ceil(count / tile_rows) <= rows + segments, and
+  // even tiles add at most one a segment.
+  const int64_t max_tiles = max_rows + 2 * n_segments;
   ints_ = DeviceBuffer<int32_t>(5 * n_segments + 4 * max_pairs + max_rows + 2 * max_tiles + 1);
   int32_t* p = ints_.get();
   auto carve = [&p](int64_t n) { return std::exchange(p, p + n); };
@@ -36,14 +37,14 @@ PermuteWorkspace::PermuteWorkspace(int64_t n_segments, int64_t max_pairs, int64_
   MOE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
-TileMap PermuteWorkspace::tile_map(int tile_rows, int64_t rows, int tall_rows) const {
+TileMap PermuteWorkspace::tile_map(int tile_rows, int64_t rows, int tall_rows, bool even_tiles) const {
   MOE_CHECK(tile_rows >= 1 && rows >= 0 && rows <= max_rows_,
             "tile map of {} rows in tiles of {}: the workspace holds {} rows", rows, tile_rows, max_rows_);
   MOE_CHECK(tall_rows >= 0, "tile map: tall_rows {} must be >= 0", tall_rows);
   // NOTE: tall tiles only merge tiles, so the bound without them holds.
+  const int64_t with_rows = std::min<int64_t>(rows, (rows + tile_rows - 1) / tile_rows + n_segments_);
   return {.tile_rows = tile_rows, .tile_expert = tile_expert_, .tile_row = tile_row_, .n_tiles = n_tiles_,
-          .max_tiles = std::min<int64_t>(rows, (rows + tile_rows - 1) / tile_rows + n_segments_),
-          .tall_rows = tall_rows};
+          .max_tiles = with_rows + (even_tiles ? n_segments_ : 0), .tall_rows = tall_rows, .even_tiles = even_tiles};
 }
 
 }  // namespace moe::cuda

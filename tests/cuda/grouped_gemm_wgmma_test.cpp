@@ -33,7 +33,8 @@ struct Case {
 
 // One schedule on the gathered rows: gate/up with SwiGLU, then down, against the CPU result `want`; the
 // work-unit queue `scheduler` is shared by every schedule of a case (each launch must leave it zeroed).
-void check_schedule(const Case& c, WgmmaSchedule schedule, int tall_rows, const test::Device<uint16_t>& d_gathered,
+void check_schedule(const Case& c, WgmmaSchedule schedule, int tall_rows, bool even_tiles,
+                    const test::Device<uint16_t>& d_gathered,
                     const test::Device<uint16_t>& d_w13, const test::Device<uint16_t>& d_w2,
                     const test::Device<int32_t>& d_offsets, const test::Device<int32_t>& d_counts,
                     const test::Device<int32_t>& scheduler, const Tensor& want) {
@@ -41,10 +42,13 @@ void check_schedule(const Case& c, WgmmaSchedule schedule, int tall_rows, const 
   const int64_t rows = std::accumulate(c.counts.begin(), c.counts.end(), int64_t{0}), H = c.H, I = c.I;
   // Junk in the outputs: a unit that the schedule skips leaves junk rows behind.
   test::Device<uint16_t> d_act(rows * I), d_out(rows * H);
-  const int64_t max_tiles = rows / 128 + E;
+  const int64_t max_tiles = rows / 128 + 2 * E;
   test::Device<int32_t> tile_expert(max_tiles), tile_row(max_tiles), n_tiles(1);
-  build_tiles(d_offsets.get(), d_counts.get(), E, 128, tile_expert.get(), tile_row.get(), n_tiles.get(), max_tiles,
-              nullptr, tall_rows);
+  build_tiles(d_offsets.get(), d_counts.get(), E,
+              TileMap{.tile_rows = 128, .tile_expert = tile_expert.get(), .tile_row = tile_row.get(),
+                      .n_tiles = n_tiles.get(), .max_tiles = max_tiles, .tall_rows = tall_rows,
+                      .even_tiles = even_tiles},
+              nullptr);
   GroupedGemmArgs up{.a = reinterpret_cast<const bf16*>(d_gathered.get()), .gather = nullptr,
                      .b = reinterpret_cast<const bf16*>(d_w13.get()), .c = reinterpret_cast<bf16*>(d_act.get()),
                      .segment_offsets = d_offsets.get(), .segment_counts = d_counts.get(),
@@ -123,13 +127,18 @@ void check_case(const Case& c, test::TestRng& rng) {
         WgmmaSchedule{.half_tiles = true, .raster_rows = 8, .a_hint = L2Hint::evict_last, .claimed_units = true,
                       .pairs = true},
         WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .pairs = true}}) {
-    for (const int tall_rows : {0, kTallRows}) {
-      SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") + ", raster rows " +
-                   std::to_string(schedule.raster_rows) + ", L2 hints " + hint_name(schedule.a_hint) + "/" +
-                   hint_name(schedule.b_hint) + ", units " + (schedule.claimed_units ? "claimed" : "strided") +
-                   (schedule.pairs ? ", pairs" : "") + ", tall rows " + std::to_string(tall_rows));
-      check_schedule(c, schedule, tall_rows, d_gathered, d_w13, d_w2, d_offsets, d_counts, scheduler, want);
-    }
+    // Tile maps with and without tall tiles, and with even tiles (empty tiles that keep pairs in one
+    // expert: the layer's maps where pairs are on, here under every schedule).
+    for (const int tall_rows : {0, kTallRows})
+      for (const bool even_tiles : {false, true}) {
+        SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") + ", raster rows " +
+                     std::to_string(schedule.raster_rows) + ", L2 hints " + hint_name(schedule.a_hint) + "/" +
+                     hint_name(schedule.b_hint) + ", units " + (schedule.claimed_units ? "claimed" : "strided") +
+                     (schedule.pairs ? ", pairs" : "") + ", tall rows " + std::to_string(tall_rows) +
+                     (even_tiles ? ", even tiles" : ""));
+        check_schedule(c, schedule, tall_rows, even_tiles, d_gathered, d_w13, d_w2, d_offsets, d_counts, scheduler,
+                       want);
+      }
   }
 }
 

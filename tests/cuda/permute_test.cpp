@@ -61,9 +61,10 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
           const PermuteBuffers& b = workspace.buffers();
           test::Device<int32_t> d_ids(ids);
           test::Device<float> d_weights(weights);
-          // Tall tiles (the wgmma kernel's) on every other case: both tile-map builders (one-block, sorted).
+          // Tall and even tiles (the wgmma kernel's) on some cases: both tile-map builders (one-block, sorted).
           const int tall_rows = renormalize ? 5 : 0;
-          const TileMap tiles = workspace.tile_map(16, std::max<int64_t>(rows, 1), tall_rows);
+          const bool even_tiles = renormalize == (T % 2 == 1);
+          const TileMap tiles = workspace.tile_map(16, std::max<int64_t>(rows, 1), tall_rows, even_tiles);
           for (int32_t* p : {b.expert_counts, b.expert_offsets, b.segment_counts, b.dropped}) junk(p, E);
           junk(b.pair_rows, T * k);
           junk(b.pair_weights, T * k);
@@ -83,14 +84,25 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
           }
           // The tile map covers every filled row of every segment exactly once; with tall tiles a tile takes
           // the rest of its segment when at most 16 + tall_rows rows are left, and no tile is left with fewer
-          // than tall_rows + 1 rows unless it is its segment's only one.
+          // than tall_rows + 1 rows unless it is its segment's only one; with even tiles, tiles 2i and 2i + 1
+          // are one segment's, the second maybe an empty one at the segment's end.
           const auto n = host(tiles.n_tiles, 1)[0];
+          ASSERT_LE(n, tiles.max_tiles);
           const auto t_expert = host(tiles.tile_expert, n), t_row = host(tiles.tile_row, n);
           int64_t covered = 0;
+          if (even_tiles) {
+            ASSERT_EQ(n % 2, 0);
+            for (int32_t i = 0; i + 1 < n; i += 2) ASSERT_EQ(t_expert[i], t_expert[i + 1]) << "pair " << i / 2;
+          }
           for (int32_t i = 0; i < n; ++i) {
             const int32_t e = t_expert[i];
             ASSERT_TRUE(e >= 0 && e < E);
             ASSERT_GE(t_row[i], offsets[e]);
+            const bool empty = t_row[i] == offsets[e] + counts[e];
+            if (empty) {
+              ASSERT_TRUE(even_tiles && i % 2 == 1 && t_expert[i - 1] == e) << "empty tile " << i;
+              continue;
+            }
             ASSERT_LT(t_row[i], offsets[e] + counts[e]);
             const int64_t left = offsets[e] + counts[e] - t_row[i];
             covered += left <= 16 + tall_rows ? left : 16;
@@ -127,14 +139,25 @@ TEST(CudaPermute, TallTilesTakeShortRemainders) {
   // more than 4); 20 one tile of 20; 21 two (16, 5).
   const std::vector<int32_t> offsets = {0, 5, 40, 77, 97}, counts = {5, 35, 37, 20, 21};
   test::Device<int32_t> d_offsets(offsets), d_counts(counts), tile_expert(64), tile_row(64), n_tiles(1);
-  build_tiles(d_offsets.get(), d_counts.get(), 5, 16, tile_expert.get(), tile_row.get(), n_tiles.get(), 64, nullptr,
-              4);
+  TileMap map{.tile_rows = 16, .tile_expert = tile_expert.get(), .tile_row = tile_row.get(), .n_tiles = n_tiles.get(),
+              .max_tiles = 64, .tall_rows = 4};
+  build_tiles(d_offsets.get(), d_counts.get(), 5, map, nullptr);
   ASSERT_EQ(n_tiles.host()[0], 1 + 2 + 3 + 1 + 2);
-  const auto experts = tile_expert.host(), rows = tile_row.host();
+  auto experts = tile_expert.host(), rows = tile_row.host();
   EXPECT_EQ(std::vector<int32_t>(experts.begin(), experts.begin() + 9),
             (std::vector<int32_t>{0, 1, 1, 2, 2, 2, 3, 4, 4}));
   EXPECT_EQ(std::vector<int32_t>(rows.begin(), rows.begin() + 9),
             (std::vector<int32_t>{0, 5, 21, 40, 56, 72, 77, 97, 113}));
+  // Even tiles: the segments of 5, 37 and 20 rows get an empty tile at their end (5, 77, 97).
+  map.even_tiles = true;
+  build_tiles(d_offsets.get(), d_counts.get(), 5, map, nullptr);
+  ASSERT_EQ(n_tiles.host()[0], 2 + 2 + 4 + 2 + 2);
+  experts = tile_expert.host();
+  rows = tile_row.host();
+  EXPECT_EQ(std::vector<int32_t>(experts.begin(), experts.begin() + 12),
+            (std::vector<int32_t>{0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 4, 4}));
+  EXPECT_EQ(std::vector<int32_t>(rows.begin(), rows.begin() + 12),
+            (std::vector<int32_t>{0, 5, 5, 21, 40, 56, 72, 77, 77, 97, 97, 113}));
 }
 
 }  // namespace

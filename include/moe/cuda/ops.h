@@ -67,6 +67,8 @@ void fill_iota(int32_t* out, int64_t n, cudaStream_t stream);
 // tall_rows > 0 (the wgmma kernel's tall tiles): a segment's last tile also takes the rows after it when
 // at most tall_rows are left, instead of a tile of its own for them (a segment of 2 * tile_rows + 5 rows
 // gets two tiles, the second of tile_rows + 5 rows).
+// even_tiles (the wgmma kernel's pairs of tiles): a segment with an odd number of tiles gets one more, empty
+// (it starts at the segment's end), so that tiles 2i and 2i + 1 always belong to one segment.
 struct TileMap {
   int tile_rows;
   int32_t* tile_expert;  // [max_tiles]
@@ -74,6 +76,7 @@ struct TileMap {
   int32_t* n_tiles;      // [1]
   int64_t max_tiles;
   int tall_rows = 0;
+  bool even_tiles = false;
 };
 
 // capacity < 0: contiguous layout (n_rows = T*k). capacity >= 0: padded layout (n_rows = E*capacity),
@@ -87,10 +90,12 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
 // One segment of n_rows rows at row 0 (a dense MLP, e.g. the shared experts, through the grouped GEMM).
 void dense_segment(int32_t* segment_offsets, int32_t* segment_counts, int64_t n_rows, cudaStream_t stream);
 
-// The tile map of arbitrary segments (offsets, counts); max_tiles bounds the arrays; tall_rows as in TileMap.
+// The tile map of arbitrary segments (offsets, counts) into `tiles`' arrays (max_tiles bounds them).
+void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, const TileMap& tiles,
+                 cudaStream_t stream);
+// The same, plain tiles of tile_rows.
 void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, int tile_rows,
-                 int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream,
-                 int tall_rows = 0);
+                 int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream);
 
 // ---- grouped_gemm.cu -------------------------------------------------------------------------------
 // Grouped GEMMs over expert segments, bf16 inputs, fp32 accumulation (mma.sync tensor cores).
@@ -163,6 +168,9 @@ int64_t wgmma_scheduler_ints();
 // The tall_rows of the wgmma kernel's tile maps: a segment's last 128-row tile takes up to this many more
 // rows (32), so that a segment of 256 + 5 rows runs as two tiles, not three; MOE_WGMMA_TALL=off gives 0.
 int wgmma_tall_rows();
+// Whether the wgmma kernel's tile map for `rows` rows over `n_experts` segments takes even tiles (TileMap):
+// where its schedule pairs row tiles, so that every pair shares its weight tile.
+bool wgmma_even_tiles(int64_t rows, int64_t n_experts);
 // The measured policy for `rows` rows over `n_experts` segments, for the gate/up GEMM or the down GEMM
 // (half tiles only where nearly every tile is one); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N
 // or <gate/up N>,<down N>, MOE_WGMMA_L2=<A hint>,<B hint> (each normal, last or first),

@@ -18,8 +18,9 @@ class PermuteWorkspace {
 
   const PermuteBuffers& buffers() const { return buffers_; }
   // The tile map of tiles of tile_rows (>= 1) over `rows` (<= max_rows) rows: at most min(rows,
-  // ceil(rows / tile_rows) + n_segments) tiles (a tile never straddles two segments); tall_rows as in TileMap.
-  TileMap tile_map(int tile_rows, int64_t rows, int tall_rows = 0) const;
+  // ceil(rows / tile_rows) + n_segments) tiles (a tile never straddles two segments), and with even_tiles
+  // at most n_segments more; tall_rows and even_tiles as in TileMap.
+  TileMap tile_map(int tile_rows, int64_t rows, int tall_rows = 0, bool even_tiles = false) const;
 
  private:
   int64_t n_segments_ = 0, max_rows_ = 0;
