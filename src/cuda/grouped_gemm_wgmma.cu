@@ -709,7 +709,9 @@ int wgmma_tall_rows() {
 }
 
 bool wgmma_even_tiles(int64_t rows, int64_t n_experts) {
-  // NOTE: measured on the H200 (bench/RESULTS.md, 8th session). MOE_WGMMA_EVEN_TILES=on|off overrides.
+  // NOTE: measured on the H200 (bench/RESULTS.md, 8th session): a third of DeepSeek-V3 T=8192's pairs
+  // straddled two experts and read each weight tile twice; even tiles 12.5 -> 11.8 ms, even elsewhere.
+  // MOE_WGMMA_EVEN_TILES=on|off overrides.
   static const std::optional<bool> forced =
       env_on_off("MOE_WGMMA_EVEN_TILES", "whether an expert's odd tile count gets an empty tile to pair");
   return forced.value_or(wgmma_schedule_for(rows, n_experts, true).pairs);
