@@ -136,6 +136,7 @@ static __global__ void __launch_bounds__(WARPS * 32)
                          TileMap tiles) {
   constexpr int kThreads = WARPS * 32;
   static_assert(kThreads >= kSmallMaxExperts, "a thread per expert");
+  static_assert(WARPS == 8 || WARPS == 16, "kChunks below covers the slices of the two launches of permute()");
   using Scan = cub::BlockScan<int32_t, kThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ int32_t warp_base[WARPS][kSmallMaxExperts];
