@@ -33,8 +33,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
-#include <exception>
 #include <optional>
 #include <string>
 #include <utility>
@@ -57,10 +57,12 @@ namespace {
 constexpr int kBM = 128;           // rows of A per tile (two consumer warpgroups of 64)
 constexpr int kBN = 256;           // weight rows per tile (SwiGLU: 128 gate + 128 up)
 constexpr int kBK = 64;            // K per stage: 128 bytes of bf16, one 128-byte swizzle atom
-constexpr int kStages = 4;         // 4 x 48 KB of the 227 KB of shared memory
+constexpr int kStages = 4;         // 4 x 52 KB of the 227 KB of shared memory
 constexpr int kThreads = 384;      // producer warpgroup + 2 consumer warpgroups
 constexpr int kATileBytes = kBM * kBK * 2;  // 16 KB
 constexpr int kBBoxRows = 128;              // TMA boxes are at most 256 rows; two boxes per B tile
+constexpr int kBBoxBytes = kBBoxRows * kBK * 2;  // 16 KB
+constexpr int kSliceBytes = 64 * kBK * 2;        // 64 rows of a tile: a wgmma's M (or a consumer's A half)
 constexpr int kBTileBytes = kBN * kBK * 2;  // 32 KB
 constexpr int kTallRows = 32;                     // rows a tall tile holds past its 128 (wgmma N = 32)
 constexpr int kTallTileBytes = kTallRows * kBK * 2;  // 4 KB
@@ -398,15 +400,14 @@ static __global__ void __launch_bounds__(kThreads, 1)
           const bool tall = u.rows > kBM;
           mbar_expect_tx(full, kATileBytes + kBTileBytes + (tall ? kTallTileBytes : 0));
           const uint32_t sa = tiles_base + stage * kStageBytes, sb = sa + kATileBytes;
-          constexpr uint32_t kBoxBytes = kBBoxRows * kBK * 2;
           tma_load_2d(sa, &map_a, kb * kBK, u.row0, full, a_policy);
           if (tall) tma_load_2d(sb + kBTileBytes, &map_tall, kb * kBK, u.row0 + kBM, full, a_policy);
           if (PAIRS && u.shared_b) {  // this CTA's half of the weight tile, into both CTAs
-            tma_load_2d_multicast(sb + rank * kBoxBytes, &map_b, kb * kBK, rank == 0 ? b_row0 : b_row1, full, 0x3,
+            tma_load_2d_multicast(sb + rank * kBBoxBytes, &map_b, kb * kBK, rank == 0 ? b_row0 : b_row1, full, 0x3,
                                   b_policy);
           } else {
             tma_load_2d(sb, &map_b, kb * kBK, b_row0, full, b_policy);
-            tma_load_2d(sb + kBoxBytes, &map_b, kb * kBK, b_row1, full, b_policy);
+            tma_load_2d(sb + kBBoxBytes, &map_b, kb * kBK, b_row1, full, b_policy);
           }
           if (++stage == kStages) stage = 0, phase ^= 1;
           // The next unit's claim and decode (an atomic and a few dependent loads of the tile map) while
@@ -470,15 +471,15 @@ static __global__ void __launch_bounds__(kThreads, 1)
       // of its 64 output columns, so that SwiGLU pairs registers of equal index; plain: its 128 columns)
       // times the extra rows. 128-byte rows: a 64-row slice is 8 KB on, 1024-byte aligned as the swizzle needs.
       const bool tall = u.rows > kBM;
-      const uint32_t tall_w0 = SWIGLU ? consumer * 8192 : consumer * 16384;
-      constexpr uint32_t kTallW1 = SWIGLU ? kBBoxRows * kBK * 2 : 8192;  // the second slice, after the first
+      const uint32_t tall_w0 = consumer * (SWIGLU ? kSliceBytes : 2 * kSliceBytes);
+      constexpr uint32_t kTallW1 = SWIGLU ? kBBoxBytes : kSliceBytes;  // the second slice, after the first
       // NOTE: one k-loop per kind of tile: a branch around some of the wgmmas inside the loop makes ptxas
       // serialise every wgmma of the kernel (C7520).
       const auto main_loop = [&]<bool TALL>() {
         int prev_stage = 0;
         for (int kb = 0; kb < p.k_blocks; ++kb) {
           mbar_wait(full_bar + 8 * stage, phase);
-          const uint32_t sa = tiles_base + stage * kStageBytes + consumer * (64 * kBK * 2),
+          const uint32_t sa = tiles_base + stage * kStageBytes + consumer * kSliceBytes,
                          sb = tiles_base + stage * kStageBytes + kATileBytes, st = sb + kBTileBytes;
           wgmma_fence();
 #pragma unroll
@@ -536,8 +537,10 @@ static __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       if (tall) {
-        // tall_acc[s][j*4 + q]: weight row 16 * warp + lane / 4 + 8 * (q / 2) of slice s (an output column),
-        // extra row 8 * j + 2 * (lane % 4) + q % 2 (an output row past the tile's 128).
+        // tall_acc[s][j*4 + q]: weight row w = 16 * warp + lane / 4 + 8 * (q / 2) of slice s, extra row
+        // 8 * j + 2 * (lane % 4) + q % 2 (an output row past the tile's 128). The output column is
+        // n0 + 64 * consumer + w for SwiGLU (both slices: gate and up of that column), else
+        // n0 + 128 * consumer + 64 * s + w.
         const int tall_rows = u.rows - kBM;
 #pragma unroll
         for (int j = 0; j < kTallRows / 8; ++j) {
@@ -770,12 +773,8 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up) 
     if (s.empty()) return std::pair{0, 0};
     const auto rows = [&](const std::string& r) {
       int n = 0;
-      try {
-        size_t used = 0;
-        n = std::stoi(r, &used);
-        if (used != r.size()) n = 0;
-      } catch (const std::exception&) {
-      }
+      const auto [end, error] = std::from_chars(r.data(), r.data() + r.size(), n);
+      if (error != std::errc() || end != r.data() + r.size()) n = 0;
       MOE_CUDA_REQUIRE(n >= 1 && n <= 64,
                        "MOE_WGMMA_RASTER_ROWS must be N or <gate/up N>,<down N>, each 1 to 64, not '" + s + "'");
       return n;

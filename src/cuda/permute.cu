@@ -128,6 +128,8 @@ static __global__ void tiles_kernel(const int32_t* __restrict__ offsets, const i
 // takes 16 warps from kSmallWideFrom pairs (registers for 32 chunks a lane) and 8 below, where a larger
 // block's scans and barriers would cost more than its shorter slices save.
 constexpr int kSmallMaxExperts = 256, kSmallMaxPairs = 16384, kSmallWideFrom = 2048;
+static_assert(kSmallMaxPairs % (16 * 32) == 0 && kSmallWideFrom % (8 * 32) == 0,
+              "permute_small_kernel's register slices: whole chunks of 32 a warp at both thresholds");
 
 template <int WARPS>
 static __global__ void __launch_bounds__(WARPS * 32)
@@ -311,9 +313,11 @@ void dense_segment(int32_t* segment_offsets, int32_t* segment_counts, int64_t n_
 void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, int n_experts, const TileMap& tiles,
                  cudaStream_t stream) {
   MOE_CUDA_REQUIRE(n_experts >= 1 && n_experts <= kScanThreads, "build_tiles handles 1 to 1024 experts");
-  MOE_CUDA_REQUIRE(tiles.tile_rows >= 1 && tiles.tall_rows >= 0,
+  // NOTE: tall_rows < tile_rows keeps a tile that is not its segment's last above tile_rows + tall_rows rows
+  // left, which is how the wgmma kernel tells the last (tall) one.
+  MOE_CUDA_REQUIRE(tiles.tile_rows >= 1 && tiles.tall_rows >= 0 && tiles.tall_rows < tiles.tile_rows,
                    "build_tiles: tile_rows " + std::to_string(tiles.tile_rows) + " must be >= 1 and tall_rows " +
-                       std::to_string(tiles.tall_rows) + " >= 0");
+                       std::to_string(tiles.tall_rows) + " in [0, tile_rows)");
   tiles_kernel<<<1, kScanThreads, 0, stream>>>(segment_offsets, segment_counts, n_experts, tiles);
   MOE_CUDA_CHECK_LAUNCH();
 }

@@ -40,7 +40,8 @@ PermuteWorkspace::PermuteWorkspace(int64_t n_segments, int64_t max_pairs, int64_
 TileMap PermuteWorkspace::tile_map(int tile_rows, int64_t rows, int tall_rows, bool even_tiles) const {
   MOE_CHECK(tile_rows >= 1 && rows >= 0 && rows <= max_rows_,
             "tile map of {} rows in tiles of {}: the workspace holds {} rows", rows, tile_rows, max_rows_);
-  MOE_CHECK(tall_rows >= 0, "tile map: tall_rows {} must be >= 0", tall_rows);
+  MOE_CHECK(tall_rows >= 0 && tall_rows < tile_rows, "tile map: tall_rows {} must be in [0, tile rows {})", tall_rows,
+            tile_rows);
   // NOTE: tall tiles only merge tiles, so the bound without them holds.
   const int64_t with_rows = std::min<int64_t>(rows, (rows + tile_rows - 1) / tile_rows + n_segments_);
   return {.tile_rows = tile_rows, .tile_expert = tile_expert_, .tile_row = tile_row_, .n_tiles = n_tiles_,

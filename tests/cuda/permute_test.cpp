@@ -30,9 +30,10 @@ std::vector<T> values(const Tensor& t) {
 TEST(CudaPermute, MatchesTheCpuPermute) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
-  // E <= 256 with T * k <= 16384 take the one-block path, the rest the radix-sort path.
+  // E <= 256 with T * k <= 16384 take the one-block path (8 warps below 2048 pairs, 16 from there: T 255 and
+  // 256 at k 8 sit on the switch, T 2048 fills every warp's slice), the rest the radix-sort path.
   for (int E : {1, 3, 8, 60, 256, 300})
-    for (int64_t T : {1, 7, 97, 1000, 2500})
+    for (int64_t T : {1, 7, 97, 255, 256, 1000, 2048, 2500})
       for (int64_t capacity : {int64_t{-1}, int64_t{0}, int64_t{1}, int64_t{5}})
         for (bool renormalize : {false, true}) {
           const int k = std::min(E, 8);
@@ -87,7 +88,14 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
           // than tall_rows + 1 rows unless it is its segment's only one; with even tiles, tiles 2i and 2i + 1
           // are one segment's, the second maybe an empty one at the segment's end.
           const auto n = host(tiles.n_tiles, 1)[0];
-          ASSERT_LE(n, tiles.max_tiles);
+          int64_t want_tiles = 0;
+          for (int e = 0; e < E; ++e) {
+            int64_t with_rows = (counts[e] + 15) / 16;
+            if (with_rows > 1 && counts[e] - (with_rows - 1) * 16 <= tall_rows) --with_rows;
+            want_tiles += even_tiles && with_rows % 2 == 1 ? with_rows + 1 : with_rows;
+          }
+          ASSERT_LE(want_tiles, tiles.max_tiles) << "the workspace's bound";
+          ASSERT_EQ(n, want_tiles);
           const auto t_expert = host(tiles.tile_expert, n), t_row = host(tiles.tile_row, n);
           int64_t covered = 0;
           if (even_tiles) {
