@@ -735,6 +735,25 @@ bool wgmma_grouped_gemm_available() {
 #endif
 }
 
+namespace {
+
+// An environment setting of one value or two separated by a comma ("a,b"); one value stands for both.
+struct EnvPair {
+  std::string text, first, second;
+  bool paired;  // the text had a comma
+};
+// `name`'s value split at its first comma, or nullopt where it is unset or empty.
+std::optional<EnvPair> env_pair(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  const std::string s = v;
+  const size_t comma = s.find(',');
+  if (comma == std::string::npos) return EnvPair{s, s, s, false};
+  return EnvPair{s, s.substr(0, comma), s.substr(comma + 1), true};
+}
+
+}  // namespace
+
 WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up) {
   // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29, wgmma iteration 2): half tiles took
   // DeepSeek-V3 T=1024 (32 rows per expert, nearly every tile a half tile) from 6.53 to 5.92 ms, but made
@@ -761,41 +780,36 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up) 
     const int pairs_per_expert = static_cast<int>(std::clamp<int64_t>(rows / (256 * n_experts), 1, 8));
     schedule.raster_rows = gate_up ? pairs_per_expert : std::max(4, pairs_per_expert);
   }
-  // MOE_WGMMA_HALF_TILES (on/off), MOE_WGMMA_RASTER_ROWS (N or <gate/up N>,<down N>), MOE_WGMMA_L2 (<A>,<B>: normal, last or
-  // first), MOE_WGMMA_CLAIM and MOE_WGMMA_PAIRS (on/off) override the policy, for measuring the choices
-  // against each other in one device run (scripts/device/wgmma_schedules.sh).
+  // MOE_WGMMA_HALF_TILES (on/off), MOE_WGMMA_RASTER_ROWS (N or <gate/up N>,<down N>), MOE_WGMMA_L2
+  // (<A>,<B>: normal, last or first), MOE_WGMMA_CLAIM and MOE_WGMMA_PAIRS (on/off) override the policy, for
+  // measuring the choices against each other in one device run (scripts/device/wgmma_schedules.sh).
   static const std::optional<bool> half =
       env_on_off("MOE_WGMMA_HALF_TILES", "whether a tile of <= 64 rows runs on one consumer warpgroup");
   // MOE_WGMMA_RASTER_ROWS: N for both GEMMs, or <gate/up>,<down>.
   static const std::pair<int, int> raster_rows = [] {  // 0: the policy's
-    const char* v = std::getenv("MOE_WGMMA_RASTER_ROWS");
-    const std::string s = v == nullptr ? "" : v;
-    if (s.empty()) return std::pair{0, 0};
+    const std::optional<EnvPair> v = env_pair("MOE_WGMMA_RASTER_ROWS");
+    if (!v) return std::pair{0, 0};
     const auto rows = [&](const std::string& r) {
       int n = 0;
       const auto [end, error] = std::from_chars(r.data(), r.data() + r.size(), n);
       if (error != std::errc() || end != r.data() + r.size()) n = 0;
       MOE_CUDA_REQUIRE(n >= 1 && n <= 64,
-                       "MOE_WGMMA_RASTER_ROWS must be N or <gate/up N>,<down N>, each 1 to 64, not '" + s + "'");
+                       "MOE_WGMMA_RASTER_ROWS must be N or <gate/up N>,<down N>, each 1 to 64, not '" + v->text + "'");
       return n;
     };
-    const size_t comma = s.find(',');
-    if (comma == std::string::npos) return std::pair{rows(s), rows(s)};
-    return std::pair{rows(s.substr(0, comma)), rows(s.substr(comma + 1))};
+    return std::pair{rows(v->first), rows(v->second)};
   }();
   static const std::pair<int, int> l2 = [] {  // -1: the policy's
-    const char* v = std::getenv("MOE_WGMMA_L2");
-    const std::string s = v == nullptr ? "" : v;
-    if (s.empty()) return std::pair{-1, -1};
+    const std::optional<EnvPair> v = env_pair("MOE_WGMMA_L2");
+    if (!v) return std::pair{-1, -1};
+    const std::string wanted =
+        "MOE_WGMMA_L2 must be <A hint>,<B hint>, each normal, last or first, not '" + v->text + "'";
     const auto hint = [&](const std::string& h) {
-      MOE_CUDA_REQUIRE(h == "normal" || h == "last" || h == "first",
-                       "MOE_WGMMA_L2 must be <A hint>,<B hint>, each normal, last or first, not '" + s + "'");
+      MOE_CUDA_REQUIRE(h == "normal" || h == "last" || h == "first", wanted);
       return h == "normal" ? 0 : h == "last" ? 1 : 2;
     };
-    const size_t comma = s.find(',');
-    MOE_CUDA_REQUIRE(comma != std::string::npos,
-                     "MOE_WGMMA_L2 must be <A hint>,<B hint>, each normal, last or first, not '" + s + "'");
-    return std::pair{hint(s.substr(0, comma)), hint(s.substr(comma + 1))};
+    MOE_CUDA_REQUIRE(v->paired, wanted);
+    return std::pair{hint(v->first), hint(v->second)};
   }();
   static const std::optional<bool> claim =
       env_on_off("MOE_WGMMA_CLAIM", "whether blocks claim work units from a queue or walk a fixed stride");
