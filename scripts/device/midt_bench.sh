@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the device, one call (issue 5, 16 <= T <= 128): `moe bench --backend cuda` at mid-size batches on the
-# three shapes, then the kernels of one forward under ncu (time and DRAM bytes read, ncu_table.py) at a few
-# points, to see where the time above the floor goes. Needs a carry of scripts/device/prepare_carry.sh
+# three shapes, then the kernels of one forward under ncu (scripts/device/ncu_ab.sh) at a few points, to see
+# where the time above the floor goes. Needs a carry of scripts/device/prepare_carry.sh
 # (CARRY, default .device-carry). Logs packed into $OUT/midt.tgz; a compact table last.
 # Usage: [POINTS="shape:tokens:rounds[:VAR=value;VAR=value[:moe binary]] ..."] [NCU="shape:T ..."]
 #          [TESTS=gtest filter, or * for all] [MODEL_TESTS=1] bash scripts/device/midt_bench.sh
@@ -22,17 +22,9 @@ if [ -n "${MODEL_TESTS:-}" ]; then
   timeout 300 "$bin/causal_lm_cuda_tests" > "$work/causal_lm_cuda_tests.log" 2>&1
   echo "causal_lm_cuda_tests: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$work/causal_lm_cuda_tests.log" | tr '\n' ' ')"
 fi
-metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size
-for point in ${NCU:-}; do
-  shape=${point%%:*} T=${point#*:}
-  # The bench's first 13 launches are the cuBLAS matmul ceiling; then the first forwards' kernels.
-  timeout 200 ncu --clock-control none --print-units base --csv --metrics "$metrics" --launch-skip 13 \
-    --launch-count 12 --log-file "$work/ncu_${shape}_$T.csv" "$bin/moe" bench --backend cuda --shape "$shape" \
-    --tokens "$T" --repeats 3 > "$work/ncu_${shape}_$T.out" 2>&1
-  echo "== ncu $shape T=$T (rc $?)"
-  python3 scripts/device/ncu_table.py "$work/ncu_${shape}_$T.csv" > "$work/ncu_${shape}_$T.txt" 2>&1
-  cat "$work/ncu_${shape}_$T.txt"
-done
+# The kernels of one forward under ncu at each NCU point (scripts/device/ncu_ab.sh: tables here, logs in
+# $OUT/ncu_ab.tgz).
+[ -n "${NCU:-}" ] && POINTS="$NCU" bash scripts/device/ncu_ab.sh
 max_rounds=1
 for point in $points; do
   IFS=: read -r _ _ rounds _ _ <<< "$point"

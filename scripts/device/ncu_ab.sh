@@ -2,7 +2,7 @@
 # On the device: the kernels of one forward under ncu (time, DRAM bytes, SM clock, tensor-pipe and L2 use)
 # for each (point, setting), to compare environment overrides of one carried build kernel by kernel.
 # Usage: POINTS="shape:T[:VAR=v;VAR=v] ..." [LAUNCHES=kernels of the forward, 12] bash scripts/device/ncu_ab.sh
-# (a table per point; the logs in $OUT/ncu_ab.tgz).
+# (a table per point; the logs in $OUT/ncu_ab.tgz, or /tmp without $OUT).
 set -uo pipefail
 source scripts/device/carry_env.sh
 work=/tmp/ncu_ab && rm -rf "$work" && mkdir -p "$work"
@@ -18,4 +18,4 @@ for point in ${POINTS:?}; do
   echo "== $shape T=$T ${settings:-default} (rc $?)"
   python3 scripts/device/ncu_table.py "$work/$i.csv"
 done
-tar czf "$OUT/ncu_ab.tgz" -C "$work" .
+tar czf "$out/ncu_ab.tgz" -C "$work" .
