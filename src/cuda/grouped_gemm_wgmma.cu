@@ -7,7 +7,9 @@
 //   warpgroups 1 and 2: the consumers. Each owns 64 of the 128 rows and issues m64n256k16 wgmmas from the
 //     stage, keeps one k-block of wgmmas in flight, and frees a stage (its "empty" mbarrier) once the
 //     wgmmas that read it have retired. Then the epilogue: SwiGLU in registers (gate and up columns sit
-//     in the same thread) and bf16 stores, masked to the tile's segment and to N.
+//     in the same thread) and bf16 stores, masked to the tile's segment and to N. With the staged epilogue
+//     (an option, STAGED at the kernel) the stores go to a shared-memory buffer instead, which warps 1-3 of
+//     warpgroup 0 copy to C while the consumers run the next unit (3 stages then, not 4).
 // Work units are (row tile of the device tile map, column tile), rastered so that a group of row tiles
 // (8 by default) walks every column tile together: the rows stay in L2, and the row tiles of one expert
 // read its weight tiles at about the same time, so that most weight bytes come from memory once. The
@@ -57,7 +59,7 @@ namespace {
 constexpr int kBM = 128;           // rows of A per tile (two consumer warpgroups of 64)
 constexpr int kBN = 256;           // weight rows per tile (SwiGLU: 128 gate + 128 up)
 constexpr int kBK = 64;            // K per stage: 128 bytes of bf16, one 128-byte swizzle atom
-constexpr int kStages = 4;         // 4 x 52 KB of the 227 KB of shared memory
+constexpr int kMaxStages = 4;      // 4 x 52 KB of the 227 KB of shared memory
 constexpr int kThreads = 384;      // producer warpgroup + 2 consumer warpgroups
 constexpr int kATileBytes = kBM * kBK * 2;  // 16 KB
 constexpr int kBBoxRows = 128;              // TMA boxes are at most 256 rows; two boxes per B tile
@@ -69,18 +71,37 @@ constexpr int kTallTileBytes = kTallRows * kBK * 2;  // 4 KB
 // A stage: the A tile, the B tile, then a tall tile's extra rows (loaded only for tall tiles).
 constexpr int kStageBytes = kATileBytes + kBTileBytes + kTallTileBytes;
 static_assert(kStageBytes % 1024 == 0, "the 128-byte swizzle needs every tile 1024-byte aligned");
-// After the stages: full and empty barriers (8 bytes each).
-constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + 1024 /* alignment */ + 256 /* barriers */;
-static_assert(kStages * (8 + 8) <= 256, "barriers overflow their shared memory");
+// The staged epilogue's buffer (STAGED, at the kernel) takes the place of the fourth stage.
+constexpr int stages(bool staged) { return staged ? kMaxStages - 1 : kMaxStages; }
+// STAGED: after the stages, the buffer of a tile's 128 output rows of bf16. Each row is 16 bytes longer
+// than its columns, so that a consumer warp's 4-byte stores (8 rows x 4 column pairs) hit 32 different banks.
+constexpr int staging_row_bytes(bool swiglu) { return (swiglu ? kBN / 2 : kBN) * 2 + 16; }
+constexpr int staging_bytes(bool swiglu, bool staged) { return staged ? kBM * staging_row_bytes(swiglu) : 0; }
+static_assert(staging_row_bytes(true) % 16 == 0 && staging_row_bytes(false) % 16 == 0,
+              "the store warps copy the staged rows in 16-byte vectors");
+// Then the barriers: full and empty (8 bytes each per stage), then staged and free (STAGED); and at
+// kStagedUnitOffset into them the unit whose rows the buffer holds (int4).
+constexpr int kStagedUnitOffset = 128;
+static_assert(kMaxStages * (8 + 8) + 2 * 8 <= kStagedUnitOffset && kStagedUnitOffset + 16 <= 256,
+              "barriers overflow their shared memory");
+constexpr size_t smem_bytes(bool swiglu, bool staged) {
+  return static_cast<size_t>(stages(staged)) * kStageBytes + staging_bytes(swiglu, staged) + 1024 /* alignment */ +
+         256 /* barriers */;
+}
+constexpr size_t kMaxSmemBytes = 227 * 1024;  // a block's dynamic shared memory on Hopper, opted in
+static_assert(smem_bytes(true, false) <= kMaxSmemBytes && smem_bytes(false, false) <= kMaxSmemBytes &&
+                  smem_bytes(true, true) <= kMaxSmemBytes && smem_bytes(false, true) <= kMaxSmemBytes,
+              "the stages, the staging buffer and the barriers overflow shared memory");
 // The scheduler ints: the next unclaimed unit, the blocks that claimed their last one, then a mailbox of
-// kStages units (int4) per block. A mailbox slot is rewritten kStages units later, after the producer's
-// wait for the stage that the consumers freed after reading it.
+// kMaxStages units (int4) per block, of which an instance uses one per stage. A mailbox slot is rewritten
+// a stage count of units later, after the producer's wait for the stage that the consumers freed after
+// reading it.
 constexpr int kMaxBlocks = 1024;
 constexpr int kMailboxOffset = 4;  // ints; keeps the mailboxes 16-byte aligned
 // Pairs of blocks (see PAIRS below) pass the units that the first claims to the second through a ring of
 // kTicketSlots tickets (int64, unit + 1; 0 = empty, the second zeroes what it took) per pair, after them.
 constexpr int kTicketSlots = 8;
-constexpr int64_t kTicketOffset = kMailboxOffset + int64_t{kMaxBlocks} * kStages * 4;
+constexpr int64_t kTicketOffset = kMailboxOffset + int64_t{kMaxBlocks} * kMaxStages * 4;
 constexpr int64_t kSchedulerInts = kTicketOffset + int64_t{kMaxBlocks / 2} * kTicketSlots * 2;
 
 struct WgmmaParams {
@@ -304,23 +325,37 @@ __device__ __forceinline__ Unit pair_unit_of(const WgmmaParams& p, int64_t w, in
 // per CTA instead of 48 (the kernel is bound by L2: 94-98% of its throughput in ncu at 128 x 256 tiles).
 // So that a stage is rewritten only when both CTAs are done with it, each CTA's empty barriers count the
 // consumer warps of both, and both CTAs walk the same units (the first claims, the second takes its tickets).
-template <bool SWIGLU, bool PAIRS>
+// STAGED: the consumers leave each unit's output in a shared-memory buffer and go on to the next unit's
+// k-loop, while warps 1-3 of the producer's warpgroup (the store warps) copy it to C; at short K the
+// scattered stores of the epilogue otherwise leave the tensor cores idle (ncu: ~51% busy at K = 768).
+template <bool SWIGLU, bool PAIRS, bool STAGED>
 static __global__ void __launch_bounds__(kThreads, 1)
     wgmma_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                               const __grid_constant__ CUtensorMap map_tall, const WgmmaParams p) {
 #ifdef MOE_WGMMA_DEVICE
   extern __shared__ unsigned char smem_raw[];
-  // NOTE: the 128-byte swizzle repeats every 1024 bytes and the descriptors assume base offset 0.
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  // NOTE: the 128-byte swizzle repeats every 1024 bytes and the descriptors assume base offset 0. An offset
+  // from smem_raw, so that the compiler knows the pointers below as shared (st.shared, not generic stores).
+  unsigned char* const smem = smem_raw + (-smem_addr(smem_raw) & 1023u);
+  constexpr int kStages = stages(STAGED);
+  constexpr int kStagingRowBytes = staging_row_bytes(SWIGLU);
   const uint32_t tiles_base = smem_addr(smem);
-  const uint32_t full_bar = tiles_base + kStages * kStageBytes;  // kStages barriers of 8 bytes
+  unsigned char* const staging = smem + kStages * kStageBytes;
+  unsigned char* const barriers = staging + staging_bytes(SWIGLU, STAGED);
+  const uint32_t full_bar = smem_addr(barriers);  // kStages barriers of 8 bytes
   const uint32_t empty_bar = full_bar + kStages * 8;
+  const uint32_t staged_bar = empty_bar + kStages * 8, free_bar = staged_bar + 8;  // STAGED
+  int4* const staged_unit = reinterpret_cast<int4*>(barriers + kStagedUnitOffset);  // STAGED
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full_bar + 8 * s, 1);                 // the producer's expect_tx arrival (+ the copies' bytes)
       mbar_init(empty_bar + 8 * s, PAIRS ? 16 : 8);   // one arrival per consumer warp (of both CTAs)
+    }
+    if constexpr (STAGED) {
+      mbar_init(staged_bar, 8);  // one arrival per consumer warp: the buffer holds a unit's rows
+      mbar_init(free_bar, 3);    // one arrival per store warp: the buffer's rows are in C
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
@@ -347,7 +382,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
       const uint64_t a_policy = l2_policy(p.a_hint), b_policy = l2_policy(p.b_hint);
       int32_t* const next_unit = p.scheduler;
       int32_t* const blocks_done = p.scheduler + 1;
-      int4* const mailbox = reinterpret_cast<int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kStages;
+      int4* const mailbox = reinterpret_cast<int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kMaxStages;
       unsigned long long* const tickets =
           reinterpret_cast<unsigned long long*>(p.scheduler + kTicketOffset) + (blockIdx.x / 2) * kTicketSlots;
       const int claimers = PAIRS ? gridDim.x / 2 : gridDim.x, claimer = PAIRS ? blockIdx.x / 2 : blockIdx.x;
@@ -432,6 +467,34 @@ static __global__ void __launch_bounds__(kThreads, 1)
           *blocks_done = 0;
         }
       }
+    } else if (STAGED && threadIdx.x >= 32) {
+      // The store warps: the rows of each staged unit to C, masked to N. 16-byte copies where C's rows are
+      // 16-byte aligned, else a column pair at a time (N is even).
+      constexpr int kChunks = OUT_COLS / 8;  // 16-byte chunks of a staged row
+      constexpr int kStoreThreads = 96;
+      const bool vectors = p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
+      for (uint32_t phase = 0;; phase ^= 1) {
+        mbar_wait(staged_bar, phase);
+        const int4 unit = *staged_unit;  // row0, rows (at most 128), col; expert -1: the end
+        if (unit.w < 0) break;
+        const int64_t n0 = int64_t{unit.z} * OUT_COLS;
+        const int cols = static_cast<int>(min(int64_t{OUT_COLS}, p.n - n0));
+        for (int i = threadIdx.x - 32; i < unit.y * kChunks; i += kStoreThreads) {
+          const int r = i / kChunks, c = i % kChunks * 8;
+          if (c >= cols) continue;
+          const unsigned char* const src = staging + r * kStagingRowBytes + c * 2;
+          bf16* const dst = p.c + (int64_t{unit.x} + r) * p.n + n0 + c;
+          if (vectors && c + 8 <= cols) {
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+          } else {
+            for (int e = 0; e < 8 && c + e < cols; e += 2)
+              *reinterpret_cast<uint32_t*>(dst + e) = *reinterpret_cast<const uint32_t*>(src + 2 * e);
+          }
+        }
+        __syncwarp();  // every lane has read the buffer and the unit before its warp frees them
+        if (threadIdx.x % 32 == 0) mbar_arrive(free_bar);
+      }
+      allow_dependent_launch();  // after this warp's last stores of C, as the consumers' call after theirs
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
@@ -446,16 +509,36 @@ static __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) mbar_arrive(empty_bar + 8 * s);
       }
     };
+    // STAGED: every consumer warp stages every unit (a masked warpgroup with no rows), so that the staged
+    // barrier completes once a unit. The buffer is free once the store warps are done with the unit before
+    // (on a fresh barrier the first wait passes at once); that wait also keeps each warp's arrival out of
+    // the staged barrier's phase of that unit.
+    uint32_t staged_phase = 0;
+    const auto wait_for_buffer = [&] { mbar_wait(free_bar, staged_phase ^ 1); };
+    const auto post_buffer = [&](int4 unit) {
+      if (threadIdx.x == 128) *staged_unit = unit;
+      __syncwarp();  // every lane has written its rows before its warp's arrival
+      if (lane == 0) mbar_arrive(staged_bar);
+      staged_phase ^= 1;
+    };
     int stage = 0;
     uint32_t phase = 0;
     float acc[128];
     float tall_acc[2][16];  // a tall tile's extra rows: [slice][weight row x extra row fragment]
-    const int4* const mailbox = reinterpret_cast<const int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kStages;
+    const int4* const mailbox = reinterpret_cast<const int4*>(p.scheduler + kMailboxOffset) + blockIdx.x * kMaxStages;
     for (int slot = 0;; slot = slot + 1 == kStages ? 0 : slot + 1) {
       mbar_wait(full_bar + 8 * stage, phase);
       const int4 posted = __ldcg(mailbox + slot);
-      if (posted.w < 0) break;  // the end (a real unit's expert is >= 0)
+      if (posted.w < 0) {  // the end (a real unit's expert is >= 0), which stops the store warps too
+        if constexpr (STAGED) {
+          wait_for_buffer();
+          post_buffer(posted);
+        }
+        break;
+      }
       const Unit u{.row0 = posted.x, .rows = posted.y, .col = posted.z, .expert = posted.w, .shared_b = false};
+      // The staged rows: the tile's (a tall tile's extra rows go to C from the consumers).
+      const int4 staged = make_int4(u.row0, min(u.rows, kBM), u.col, u.expert);
       if ((p.half_tiles || u.rows == 0) && consumer * 64 >= u.rows) {
         // All of this warpgroup's rows are masked (half tiles; or a pair's lone tile): free each stage as it
         // lands (after it landed, so that the arrival counts towards this round of the empty barrier).
@@ -464,6 +547,10 @@ static __global__ void __launch_bounds__(kThreads, 1)
           __syncwarp();  // every lane has read the mailbox before the stage (and so its slot) is freed
           release(stage);
           if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+        if constexpr (STAGED) {
+          wait_for_buffer();
+          post_buffer(staged);
         }
         continue;
       }
@@ -514,25 +601,45 @@ static __global__ void __launch_bounds__(kThreads, 1)
       // 8 * j + 2 * (lane % 4) + q % 2 of the warpgroup's 64 x 256 block.
       const int64_t n0 = int64_t{u.col} * OUT_COLS;
       constexpr int OUT_J = OUT_COLS / 8;
+      // The outputs of accumulators j*4 + 2*half and + 1 (SwiGLU: of those and their up columns).
+      const auto out_pair = [&](int j, int half) {
+        float v0 = acc[j * 4 + half * 2], v1 = acc[j * 4 + half * 2 + 1];
+        if constexpr (SWIGLU) {
+          const float u0 = acc[(j + OUT_J) * 4 + half * 2], u1 = acc[(j + OUT_J) * 4 + half * 2 + 1];
+          v0 = v0 / (1.0f + __expf(-v0)) * u0;
+          v1 = v1 / (1.0f + __expf(-v1)) * u1;
+        }
+        return __floats2bfloat162_rn(v0, v1);
+      };
+      if constexpr (STAGED) {
+        // Every row and column: the store warps copy only the unit's rows, masked to N.
+        wait_for_buffer();
+        unsigned char* const out =
+            staging + (consumer * 64 + warp * 16 + lane / 4) * kStagingRowBytes + (lane % 4) * 4;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int tile_r = consumer * 64 + warp * 16 + lane / 4 + half * 8;
-        if (tile_r >= u.rows) continue;
-        const int64_t row = int64_t{u.row0} + tile_r;
-        bf16* out_row = p.c + row * p.n;
+        for (int half = 0; half < 2; ++half) {
 #pragma unroll
-        for (int j = 0; j < OUT_J; ++j) {
-          const int64_t column = n0 + j * 8 + (lane % 4) * 2;
-          float v0 = acc[j * 4 + half * 2], v1 = acc[j * 4 + half * 2 + 1];
-          if constexpr (SWIGLU) {
-            const float u0 = acc[(j + OUT_J) * 4 + half * 2], u1 = acc[(j + OUT_J) * 4 + half * 2 + 1];
-            v0 = v0 / (1.0f + __expf(-v0)) * u0;
-            v1 = v1 / (1.0f + __expf(-v1)) * u1;
+          for (int j = 0; j < OUT_J; ++j) {
+            *reinterpret_cast<__nv_bfloat162*>(out + half * 8 * kStagingRowBytes + j * 16) = out_pair(j, half);
           }
-          if (column + 1 < p.n) {
-            *reinterpret_cast<__nv_bfloat162*>(out_row + column) = __floats2bfloat162_rn(v0, v1);
-          } else if (column < p.n) {
-            out_row[column] = __float2bfloat16_rn(v0);
+        }
+        post_buffer(staged);
+      } else {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int tile_r = consumer * 64 + warp * 16 + lane / 4 + half * 8;
+          if (tile_r >= u.rows) continue;
+          const int64_t row = int64_t{u.row0} + tile_r;
+          bf16* out_row = p.c + row * p.n;
+#pragma unroll
+          for (int j = 0; j < OUT_J; ++j) {
+            const int64_t column = n0 + j * 8 + (lane % 4) * 2;
+            const __nv_bfloat162 v = out_pair(j, half);
+            if (column + 1 < p.n) {
+              *reinterpret_cast<__nv_bfloat162*>(out_row + column) = v;
+            } else if (column < p.n) {
+              out_row[column] = v.x;
+            }
           }
         }
       }
@@ -617,11 +724,12 @@ int sm_count() {
 
 // One kernel instance: its shared-memory limit raised once per device, a grid of at most one block per SM
 // (PAIRS: the clusters of 2 that fit at once, as the persistent blocks never make room for more).
-template <bool SWIGLU, bool PAIRS>
+template <bool SWIGLU, bool PAIRS, bool STAGED>
 void launch_instance(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_tall,
                      const WgmmaParams& p, int64_t max_tiles,
                      cudaStream_t stream) {
-  constexpr auto kernel = wgmma_grouped_gemm_kernel<SWIGLU, PAIRS>;
+  constexpr auto kernel = wgmma_grouped_gemm_kernel<SWIGLU, PAIRS, STAGED>;
+  constexpr size_t kSmemBytes = smem_bytes(SWIGLU, STAGED);
   static std::atomic<int> clusters_by_device[64]{};
   int device = 0;
   MOE_CUDA_CHECK(cudaGetDevice(&device));
@@ -677,10 +785,17 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
                       .raster_rows = schedule.raster_rows,
                       .half_tiles = schedule.half_tiles, .a_hint = schedule.a_hint, .b_hint = schedule.b_hint,
                       .claimed_units = schedule.claimed_units, .scheduler = g.scheduler};
+  const auto launch = [&]<bool PAIRS>() {
+    if (schedule.staged_epilogue) {
+      launch_instance<SWIGLU, PAIRS, true>(map_a, map_b, map_tall, p, g.max_tiles, stream);
+    } else {
+      launch_instance<SWIGLU, PAIRS, false>(map_a, map_b, map_tall, p, g.max_tiles, stream);
+    }
+  };
   if (schedule.pairs) {
-    launch_instance<SWIGLU, true>(map_a, map_b, map_tall, p, g.max_tiles, stream);
+    launch.template operator()<true>();
   } else {
-    launch_instance<SWIGLU, false>(map_a, map_b, map_tall, p, g.max_tiles, stream);
+    launch.template operator()<false>();
   }
 }
 
@@ -781,8 +896,9 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up) 
     schedule.raster_rows = gate_up ? pairs_per_expert : std::max(4, pairs_per_expert);
   }
   // MOE_WGMMA_HALF_TILES (on/off), MOE_WGMMA_RASTER_ROWS (N or <gate/up N>,<down N>), MOE_WGMMA_L2
-  // (<A>,<B>: normal, last or first), MOE_WGMMA_CLAIM and MOE_WGMMA_PAIRS (on/off) override the policy, for
-  // measuring the choices against each other in one device run (scripts/device/wgmma_schedules.sh).
+  // (<A>,<B>: normal, last or first), MOE_WGMMA_CLAIM, MOE_WGMMA_PAIRS and MOE_WGMMA_STAGED_EPILOGUE (on/off)
+  // override the policy, for measuring the choices against each other in one device run
+  // (scripts/device/wgmma_schedules.sh).
   static const std::optional<bool> half =
       env_on_off("MOE_WGMMA_HALF_TILES", "whether a tile of <= 64 rows runs on one consumer warpgroup");
   // MOE_WGMMA_RASTER_ROWS: N for both GEMMs, or <gate/up>,<down>.
@@ -815,9 +931,12 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up) 
       env_on_off("MOE_WGMMA_CLAIM", "whether blocks claim work units from a queue or walk a fixed stride");
   static const std::optional<bool> pairs =
       env_on_off("MOE_WGMMA_PAIRS", "whether clusters of 2 blocks share weight tiles by TMA multicast");
+  static const std::optional<bool> staged = env_on_off(
+      "MOE_WGMMA_STAGED_EPILOGUE", "whether store warps write a unit's output while the next unit's k-loop runs");
   schedule.half_tiles = half.value_or(schedule.half_tiles);
   schedule.claimed_units = claim.value_or(schedule.claimed_units);
   schedule.pairs = pairs.value_or(schedule.pairs);
+  schedule.staged_epilogue = staged.value_or(schedule.staged_epilogue);
   if (l2.first >= 0) {
     schedule.a_hint = static_cast<WgmmaSchedule::L2Hint>(l2.first);
     schedule.b_hint = static_cast<WgmmaSchedule::L2Hint>(l2.second);

@@ -5,9 +5,10 @@
 // walk several tiles and the stages wrap around. Every case runs under several WgmmaSchedules (half tiles
 // on and off; raster groups of 8 and of 3 row tiles; L2 hints; units claimed from the queue or strided,
 // the queue zeroed again after each launch; clusters on pairs of row tiles, shared weight tiles, pairs that
-// straddle experts, a lone last tile), each with and without tall tiles (an expert's last tile taking up
-// to 32 more rows), and cases are built for the edges of half tiles (segments whose last tile holds 1, 63,
-// 64, 65 or 127 rows, large experts next to small ones) and of tall tiles (129, 160, 161, 256 + 24 rows).
+// straddle experts, a lone last tile; the staged epilogue with and without pairs), each with and without
+// tall tiles (an expert's last tile taking up to 32 more rows), and cases are built for the edges of half
+// tiles (segments whose last tile holds 1, 63, 64, 65 or 127 rows, large experts next to small ones) and of
+// tall tiles (129, 160, 161, 256 + 24 rows).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -121,12 +122,12 @@ void check_case(const Case& c, test::TestRng& rng) {
        {WgmmaSchedule{.half_tiles = true, .raster_rows = 8, .a_hint = L2Hint::evict_last, .b_hint = L2Hint::evict_first,
                       .claimed_units = true},
         WgmmaSchedule{.half_tiles = false, .raster_rows = 8},
-        WgmmaSchedule{.half_tiles = true, .raster_rows = 3},
+        WgmmaSchedule{.half_tiles = true, .raster_rows = 3, .staged_epilogue = true},
         WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .a_hint = L2Hint::evict_first, .b_hint = L2Hint::evict_last,
                       .claimed_units = true},
         WgmmaSchedule{.half_tiles = true, .raster_rows = 8, .a_hint = L2Hint::evict_last, .claimed_units = true,
                       .pairs = true},
-        WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .pairs = true}}) {
+        WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .pairs = true, .staged_epilogue = true}}) {
     // Tile maps with and without tall tiles, and with even tiles (empty tiles that keep pairs in one
     // expert: the layer's maps where pairs are on, here under every schedule).
     for (const int tall_rows : {0, kTallRows})
@@ -134,7 +135,8 @@ void check_case(const Case& c, test::TestRng& rng) {
         SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") + ", raster rows " +
                      std::to_string(schedule.raster_rows) + ", L2 hints " + hint_name(schedule.a_hint) + "/" +
                      hint_name(schedule.b_hint) + ", units " + (schedule.claimed_units ? "claimed" : "strided") +
-                     (schedule.pairs ? ", pairs" : "") + ", tall rows " + std::to_string(tall_rows) +
+                     (schedule.pairs ? ", pairs" : "") + (schedule.staged_epilogue ? ", staged epilogue" : "") +
+                     ", tall rows " + std::to_string(tall_rows) +
                      (even_tiles ? ", even tiles" : ""));
         check_schedule(c, schedule, tall_rows, even_tiles, d_gathered, d_w13, d_w2, d_offsets, d_counts, scheduler,
                        want);
@@ -192,7 +194,8 @@ TEST(CudaWgmmaGroupedGemm, SchedulesAgreeOnHalfTiles) {
 
 TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
   for (const char* var :
-       {"MOE_WGMMA_HALF_TILES", "MOE_WGMMA_L2", "MOE_WGMMA_CLAIM", "MOE_WGMMA_PAIRS", "MOE_WGMMA_RASTER_ROWS"})
+       {"MOE_WGMMA_HALF_TILES", "MOE_WGMMA_L2", "MOE_WGMMA_CLAIM", "MOE_WGMMA_PAIRS", "MOE_WGMMA_RASTER_ROWS",
+        "MOE_WGMMA_STAGED_EPILOGUE"})
     if (std::getenv(var) != nullptr) GTEST_SKIP() << var << " overrides the policy";
   EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256, true).half_tiles);    // DeepSeek-V3 T=1024: 32 rows per expert
   EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256, true).half_tiles);   // DeepSeek-V3 T=8192: 256
@@ -205,6 +208,7 @@ TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
   EXPECT_TRUE(wgmma_schedule_for(8192 * 2, 8, true).pairs);      // Mixtral T=8192: 2048
   EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256, true).pairs);   // DeepSeek-V3 T=1024: 32
   EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128, true).pairs);   // Qwen3 T=1024: 64
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256, false).staged_epilogue);  // not measured yet
   // Raster groups with pairs: an expert's pairs for gate/up, at least 4 for down; 8 without pairs.
   EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, true).raster_rows, 1);   // DeepSeek-V3 T=8192
   EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, false).raster_rows, 4);

@@ -162,6 +162,9 @@ struct WgmmaSchedule {
   bool claimed_units = false;
   // Clusters of 2 blocks on pairs of row tiles, which load a weight tile shared by both once (multicast).
   bool pairs = false;
+  // The consumers leave a unit's output in shared memory for three store warps and go on to the next
+  // unit's k-loop (a pipeline of 3 stages instead of 4).
+  bool staged_epilogue = false;
 };
 // The ints of GroupedGemmArgs::scheduler.
 int64_t wgmma_scheduler_ints();
@@ -174,7 +177,8 @@ bool wgmma_even_tiles(int64_t rows, int64_t n_experts);
 // The measured policy for `rows` rows over `n_experts` segments, for the gate/up GEMM or the down GEMM
 // (half tiles only where nearly every tile is one); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N
 // or <gate/up N>,<down N>, MOE_WGMMA_L2=<A hint>,<B hint> (each normal, last or first),
-// MOE_WGMMA_CLAIM=on|off and MOE_WGMMA_PAIRS=on|off in the environment override it.
+// MOE_WGMMA_CLAIM=on|off, MOE_WGMMA_PAIRS=on|off and MOE_WGMMA_STAGED_EPILOGUE=on|off in the environment
+// override it.
 WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
