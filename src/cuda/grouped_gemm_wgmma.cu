@@ -79,11 +79,19 @@ constexpr int staging_row_bytes(bool swiglu) { return (swiglu ? kBN / 2 : kBN) *
 constexpr int staging_bytes(bool swiglu, bool staged) { return staged ? kBM * staging_row_bytes(swiglu) : 0; }
 static_assert(staging_row_bytes(true) % 16 == 0 && staging_row_bytes(false) % 16 == 0,
               "the store warps copy the staged rows in 16-byte vectors");
-// Then the barriers: full and empty (8 bytes each per stage), then staged and free (STAGED); and at
-// kStagedUnitOffset into them the unit whose rows the buffer holds (int4).
+// Then the barriers: full and empty (8 bytes each per stage); and at kStagedUnitOffset into them the unit
+// whose rows the buffer holds (int4, STAGED).
 constexpr int kStagedUnitOffset = 128;
-static_assert(kMaxStages * (8 + 8) + 2 * 8 <= kStagedUnitOffset && kStagedUnitOffset + 16 <= 256,
+static_assert(kMaxStages * (8 + 8) <= kStagedUnitOffset && kStagedUnitOffset + 16 <= 256,
               "barriers overflow their shared memory");
+// STAGED: the consumers hand the buffer to the store warps (warps 1-3) and back through two named barriers
+// that all their threads sync on (not mbarriers or bar.arrive, whose ordering compute-sanitizer's racecheck
+// does not see).
+constexpr uint32_t kStagedBarrier = 1, kFreeBarrier = 2;
+constexpr int kStoreThreads = 96;
+constexpr uint32_t kHandoffThreads = 256 + kStoreThreads;
+// The policy stages the epilogue of GEMMs of at most this reduction length (wgmma_schedule_for).
+constexpr int64_t kStagedMaxK = 1024;
 constexpr size_t smem_bytes(bool swiglu, bool staged) {
   return static_cast<size_t>(stages(staged)) * kStageBytes + staging_bytes(swiglu, staged) + 1024 /* alignment */ +
          256 /* barriers */;
@@ -146,6 +154,10 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// A named barrier (0 is __syncthreads) of `threads` threads, every thread of their warps taking part.
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // Spins until the phase of the given parity has completed. A fresh barrier counts its phase before
 // phase 0 (parity 1) as complete, so the producer's first wait on each empty stage passes at once.
@@ -344,7 +356,6 @@ static __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* const barriers = staging + staging_bytes(SWIGLU, STAGED);
   const uint32_t full_bar = smem_addr(barriers);  // kStages barriers of 8 bytes
   const uint32_t empty_bar = full_bar + kStages * 8;
-  const uint32_t staged_bar = empty_bar + kStages * 8, free_bar = staged_bar + 8;  // STAGED
   int4* const staged_unit = reinterpret_cast<int4*>(barriers + kStagedUnitOffset);  // STAGED
   const int warpgroup = threadIdx.x / 128;
 
@@ -352,10 +363,6 @@ static __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full_bar + 8 * s, 1);                 // the producer's expect_tx arrival (+ the copies' bytes)
       mbar_init(empty_bar + 8 * s, PAIRS ? 16 : 8);   // one arrival per consumer warp (of both CTAs)
-    }
-    if constexpr (STAGED) {
-      mbar_init(staged_bar, 8);  // one arrival per consumer warp: the buffer holds a unit's rows
-      mbar_init(free_bar, 3);    // one arrival per store warp: the buffer's rows are in C
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
@@ -471,10 +478,11 @@ static __global__ void __launch_bounds__(kThreads, 1)
       // The store warps: the rows of each staged unit to C, masked to N. 16-byte copies where C's rows are
       // 16-byte aligned, else a column pair at a time (N is even).
       constexpr int kChunks = OUT_COLS / 8;  // 16-byte chunks of a staged row
-      constexpr int kStoreThreads = 96;
       const bool vectors = p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
-      for (uint32_t phase = 0;; phase ^= 1) {
-        mbar_wait(staged_bar, phase);
+      // Per unit: the consumers may write the buffer (the copy of the unit before is done), then they have.
+      for (;;) {
+        named_barrier_sync(kFreeBarrier, kHandoffThreads);
+        named_barrier_sync(kStagedBarrier, kHandoffThreads);
         const int4 unit = *staged_unit;  // row0, rows (at most 128), col; expert -1: the end
         if (unit.w < 0) break;
         const int64_t n0 = int64_t{unit.z} * OUT_COLS;
@@ -491,8 +499,6 @@ static __global__ void __launch_bounds__(kThreads, 1)
               *reinterpret_cast<uint32_t*>(dst + e) = *reinterpret_cast<const uint32_t*>(src + 2 * e);
           }
         }
-        __syncwarp();  // every lane has read the buffer and the unit before its warp frees them
-        if (threadIdx.x % 32 == 0) mbar_arrive(free_bar);
       }
       allow_dependent_launch();  // after this warp's last stores of C, as the consumers' call after theirs
     }
@@ -509,17 +515,14 @@ static __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) mbar_arrive(empty_bar + 8 * s);
       }
     };
-    // STAGED: every consumer warp stages every unit (a masked warpgroup with no rows), so that the staged
-    // barrier completes once a unit. The buffer is free once the store warps are done with the unit before
-    // (on a fresh barrier the first wait passes at once); that wait also keeps each warp's arrival out of
-    // the staged barrier's phase of that unit.
-    uint32_t staged_phase = 0;
-    const auto wait_for_buffer = [&] { mbar_wait(free_bar, staged_phase ^ 1); };
+    // STAGED: every consumer thread takes part in every unit's handoff (a masked warpgroup with no rows
+    // too), so that each barrier completes once a unit. The buffer is free once the store warps are done
+    // with the unit before and wait at the free barrier; they wait at the staged one next, so that the
+    // consumers' sync there passes as soon as all consumers have written.
+    const auto wait_for_buffer = [&] { named_barrier_sync(kFreeBarrier, kHandoffThreads); };
     const auto post_buffer = [&](int4 unit) {
       if (threadIdx.x == 128) *staged_unit = unit;
-      __syncwarp();  // every lane has written its rows before its warp's arrival
-      if (lane == 0) mbar_arrive(staged_bar);
-      staged_phase ^= 1;
+      named_barrier_sync(kStagedBarrier, kHandoffThreads);
     };
     int stage = 0;
     uint32_t phase = 0;
@@ -832,7 +835,7 @@ bool wgmma_even_tiles(int64_t rows, int64_t n_experts) {
   // MOE_WGMMA_EVEN_TILES=on|off overrides.
   static const std::optional<bool> forced =
       env_on_off("MOE_WGMMA_EVEN_TILES", "whether an expert's odd tile count gets an empty tile to pair");
-  return forced.value_or(wgmma_schedule_for(rows, n_experts, true).pairs);
+  return forced.value_or(wgmma_schedule_for(rows, n_experts, true, /*k: pairs do not depend on it*/ 0).pairs);
 }
 
 bool wgmma_grouped_gemm_available() {
@@ -869,7 +872,7 @@ std::optional<EnvPair> env_pair(const char* name) {
 
 }  // namespace
 
-WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up) {
+WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, int64_t k) {
   // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29, wgmma iteration 2): half tiles took
   // DeepSeek-V3 T=1024 (32 rows per expert, nearly every tile a half tile) from 6.53 to 5.92 ms, but made
   // T=8192 (256 rows per expert, a fifth of the tiles half) 23% slower: blocks that finish half tiles early
@@ -891,6 +894,11 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up) 
   // group as high as an expert's pairs (1 at 256 rows per expert, 8 at 2048) keeps the pairs that share its
   // weight tiles together and the fewest gathered rows in flight: DeepSeek-V3 T=8192 13.9 -> 12.85 ms with
   // 1 for gate/up and 4 for down; the down GEMM (short k-loops) does better with at least 4.
+  // NOTE: the staged epilogue, measured on the H200 (bench/RESULTS.md, 9th session, ncu): with 12 k-blocks
+  // a unit (Qwen3's down GEMM, K = 768) it took the GEMM from 454 to 377 us (tensor pipe 51 -> 62% busy); with
+  // 32 or more (K >= 2048) its pipeline of 3 stages instead of 4 lost more than the overlap gave: Qwen3's
+  // gate/up 705 -> 734 us, DeepSeek-V3's gate/up 6171 -> 6789 and down 3429 -> 3515, Mixtral's 4-12% slower.
+  schedule.staged_epilogue = k <= kStagedMaxK;
   if (schedule.pairs) {
     const int pairs_per_expert = static_cast<int>(std::clamp<int64_t>(rows / (256 * n_experts), 1, 8));
     schedule.raster_rows = gate_up ? pairs_per_expert : std::max(4, pairs_per_expert);
@@ -953,10 +961,10 @@ void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaS
   launch_wgmma<false>(args, schedule, stream);
 }
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream) {
-  wgmma_grouped_gemm_swiglu(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts, true));
+  wgmma_grouped_gemm_swiglu(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts, true, args.k));
 }
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
-  wgmma_grouped_gemm(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts, false));
+  wgmma_grouped_gemm(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts, false, args.k));
 }
 
 GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows) {

@@ -197,25 +197,30 @@ TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
        {"MOE_WGMMA_HALF_TILES", "MOE_WGMMA_L2", "MOE_WGMMA_CLAIM", "MOE_WGMMA_PAIRS", "MOE_WGMMA_RASTER_ROWS",
         "MOE_WGMMA_STAGED_EPILOGUE"})
     if (std::getenv(var) != nullptr) GTEST_SKIP() << var << " overrides the policy";
-  EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256, true).half_tiles);    // DeepSeek-V3 T=1024: 32 rows per expert
-  EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256, true).half_tiles);   // DeepSeek-V3 T=8192: 256
-  EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 128, true).half_tiles);    // Qwen3 T=1024: 64, half of the tiles full
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 8 + 8, 128, true).half_tiles);
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8, true).half_tiles);     // Mixtral T=1024: 256
-  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, true).a_hint, WgmmaSchedule::L2Hint::evict_last);
-  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256, true).claimed_units);
-  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256, true).pairs);    // 256 rows per expert: clusters share weights
-  EXPECT_TRUE(wgmma_schedule_for(8192 * 2, 8, true).pairs);      // Mixtral T=8192: 2048
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256, true).pairs);   // DeepSeek-V3 T=1024: 32
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128, true).pairs);   // Qwen3 T=1024: 64
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256, false).staged_epilogue);  // not measured yet
+  EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256, true, 7168).half_tiles);    // DeepSeek-V3 T=1024: 32 rows per expert
+  EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256, true, 7168).half_tiles);   // DeepSeek-V3 T=8192: 256
+  EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 128, true, 2048).half_tiles);    // Qwen3 T=1024: 64, half of the tiles full
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8 + 8, 128, true, 2048).half_tiles);
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8, true, 4096).half_tiles);     // Mixtral T=1024: 256
+  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, true, 7168).a_hint, WgmmaSchedule::L2Hint::evict_last);
+  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256, true, 7168).claimed_units);
+  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 256, true, 7168).pairs);    // 256 rows per expert: clusters share weights
+  EXPECT_TRUE(wgmma_schedule_for(8192 * 2, 8, true, 4096).pairs);      // Mixtral T=8192: 2048
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256, true, 7168).pairs);   // DeepSeek-V3 T=1024: 32
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128, true, 2048).pairs);   // Qwen3 T=1024: 64
+  // The staged epilogue at short k-loops only (Qwen3's down GEMM), at every T.
+  EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 128, false, 768).staged_epilogue);
+  EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 128, false, 768).staged_epilogue);
+  EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 128, true, 2048).staged_epilogue);
+  EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256, false, 2048).staged_epilogue);
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8, true, 4096).staged_epilogue);
   // Raster groups with pairs: an expert's pairs for gate/up, at least 4 for down; 8 without pairs.
-  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, true).raster_rows, 1);   // DeepSeek-V3 T=8192
-  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, false).raster_rows, 4);
-  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 128, true).raster_rows, 2);   // Qwen3 T=8192: 512 rows per expert
-  EXPECT_EQ(wgmma_schedule_for(8192 * 2, 8, true).raster_rows, 8);     // Mixtral T=8192: 2048
-  EXPECT_EQ(wgmma_schedule_for(8192 * 2, 8, false).raster_rows, 8);
-  EXPECT_EQ(wgmma_schedule_for(1024 * 8, 256, true).raster_rows, 8);   // DeepSeek-V3 T=1024: no pairs
+  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, true, 7168).raster_rows, 1);   // DeepSeek-V3 T=8192
+  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, false, 2048).raster_rows, 4);
+  EXPECT_EQ(wgmma_schedule_for(8192 * 8, 128, true, 2048).raster_rows, 2);   // Qwen3 T=8192: 512 rows per expert
+  EXPECT_EQ(wgmma_schedule_for(8192 * 2, 8, true, 4096).raster_rows, 8);     // Mixtral T=8192: 2048
+  EXPECT_EQ(wgmma_schedule_for(8192 * 2, 8, false, 14336).raster_rows, 8);
+  EXPECT_EQ(wgmma_schedule_for(1024 * 8, 256, true, 7168).raster_rows, 8);   // DeepSeek-V3 T=1024: no pairs
   if (std::getenv("MOE_WGMMA_TALL") == nullptr) {
     EXPECT_EQ(wgmma_tall_rows(), kTallRows);
   }

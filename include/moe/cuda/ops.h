@@ -174,12 +174,12 @@ int wgmma_tall_rows();
 // Whether the wgmma kernel's tile map for `rows` rows over `n_experts` segments takes even tiles (TileMap):
 // where its schedule pairs row tiles, so that every pair shares its weight tile.
 bool wgmma_even_tiles(int64_t rows, int64_t n_experts);
-// The measured policy for `rows` rows over `n_experts` segments, for the gate/up GEMM or the down GEMM
-// (half tiles only where nearly every tile is one); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N
+// The measured policy for `rows` rows over `n_experts` segments, for the gate/up GEMM or the down GEMM of
+// reduction length k (half tiles only where nearly every tile is one; the staged epilogue at short k); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N
 // or <gate/up N>,<down N>, MOE_WGMMA_L2=<A hint>,<B hint> (each normal, last or first),
 // MOE_WGMMA_CLAIM=on|off, MOE_WGMMA_PAIRS=on|off and MOE_WGMMA_STAGED_EPILOGUE=on|off in the environment
 // override it.
-WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up);
+WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, int64_t k);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaSchedule schedule);
