@@ -89,7 +89,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   const int64_t capacity = capacity_for(options, Tm, static_cast<int>(k), static_cast<int>(E));
   s.max_rows = capacity < 0 ? max_pairs : E * capacity;
   s.permute = PermuteWorkspace(E, max_pairs, s.max_rows);
-  s.logits = DeviceBuffer<float>(Tm * s.router_rows);
+  s.logits = DeviceBuffer<float>(Tm * s.router_rows * std::max(1, s.router_gemm.terms()));  // RouterGemm's parts
   const int64_t shared_tiles = Tm + 1;
   s.ints = DeviceBuffer<int32_t>(2 + 2 * shared_tiles + 1 + Tm);
   int32_t* p = s.ints.get();
@@ -163,12 +163,15 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
 
   // Router: logits = x · Wᵀ in fp32, then scores and top-k. Small batches take one fused launch; larger
   // ones RouterGemm (the gate stays fp32: a bf16 gate would flip top-k choices).
+  int64_t logits_stride = s.router_rows;  // RouterGemm: its parts side by side, summed into the first
   if (fused_router_takes(T, s.router_rows, s.H)) {
     router_fused(s.config.router, x, s.H, s.router.get(), s.router_rows, s.bias.get(), T, s.logits.get(),
                  s.arrivals, topk_ids, topk_weights, stream);
   } else {
+    logits_stride = s.router_rows * s.router_gemm.terms();
     s.router_gemm.run(x, T, s.logits.get(), stream);
-    router_topk(s.config.router, s.logits.get(), s.router_rows, s.bias.get(), T, topk_ids, topk_weights, stream);
+    router_topk(s.config.router, s.logits.get(), logits_stride, s.router_gemm.terms(), s.bias.get(), T, topk_ids,
+                topk_weights, stream);
   }
 
   // Permute into expert segments, with the tile map of the grouped GEMMs.
@@ -262,7 +265,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   // Combine in token order, plus the shared experts (sigmoid-gated for Qwen2-MoE).
   const bool gated = s.config.shared == SharedExpertKind::sigmoid_gated;
   unpermute(s.rows_out.get(), pb.pair_rows, pb.pair_weights, T, k, s.H,
-            s.S > 0 ? s.shared_out.get() : nullptr, gated ? s.logits.get() + s.E : nullptr, s.router_rows, out,
+            s.S > 0 ? s.shared_out.get() : nullptr, gated ? s.logits.get() + s.E : nullptr, logits_stride, out,
             stream);
 }
 

@@ -16,17 +16,27 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// One warp per token over precomputed logits. Shared memory per warp: choice [E], score [E].
-static __global__ void router_topk_kernel(RouterParams p, const float* __restrict__ logits, int64_t stride,
+// One warp per token over precomputed logits, first summing a row's parts (RouterGemm's terms) into its
+// first part. Shared memory per warp: choice [E], score [E].
+static __global__ void router_topk_kernel(RouterParams p, float* __restrict__ logits, int64_t stride, int parts,
                                           const float* __restrict__ bias, int64_t n_tokens,
                                           int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights) {
   extern __shared__ float shared[];
   const int warp = threadIdx.x / 32;
   const int64_t t = int64_t{blockIdx.x} * kWarpsPerBlock + warp;
   if (t >= n_tokens) return;
+  float* const row = logits + t * stride;
+  if (parts > 1) {
+    const int64_t width = stride / parts;
+    for (int64_t i = threadIdx.x % 32; i < width; i += 32) {
+      float sum = row[i];
+      for (int j = 1; j < parts; ++j) sum += row[j * width + i];
+      row[i] = sum;
+    }
+    __syncwarp();  // the warp's sums are visible to its lanes before the selection reads them
+  }
   float* choice = shared + warp * 2 * p.n_experts;
-  select_topk(p, logits + t * stride, bias, choice, choice + p.n_experts, topk_ids + t * p.top_k,
-              topk_weights + t * p.top_k);
+  select_topk(p, row, bias, choice, choice + p.n_experts, topk_ids + t * p.top_k, topk_weights + t * p.top_k);
 }
 
 // Small batches: logits and top-k in one launch. Block (g, b) computes the logits of gate rows
@@ -116,10 +126,14 @@ int elementwise_blocks(int64_t n) { return static_cast<int>(std::min<int64_t>((n
 
 }  // namespace
 
-void router_topk(const routing::RouterConfig& c, const float* logits, int64_t logits_stride,
+void router_topk(const routing::RouterConfig& c, float* logits, int64_t logits_stride, int logit_parts,
                  const float* correction_bias, int64_t n_tokens, int32_t* topk_ids, float* topk_weights,
                  cudaStream_t stream) {
   routing::validate(c);
+  MOE_CUDA_REQUIRE(logit_parts >= 1 && logits_stride % logit_parts == 0 &&
+                       logits_stride / logit_parts >= c.n_experts,
+                   "router_topk: " + std::to_string(logit_parts) + " logit parts in rows of " +
+                       std::to_string(logits_stride) + " for " + std::to_string(c.n_experts) + " experts");
   MOE_CUDA_REQUIRE(c.n_experts <= 1024 && c.top_k <= 32 && c.n_group <= 32,
                    "the CUDA router handles up to 1024 experts, k <= 32 and 32 groups (got " +
                        std::to_string(c.n_experts) + ", " + std::to_string(c.top_k) + ", " +
@@ -130,8 +144,9 @@ void router_topk(const routing::RouterConfig& c, const float* logits, int64_t lo
                        .routed_scaling_factor = c.routed_scaling_factor};
   const int blocks = static_cast<int>((n_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const size_t shared_bytes = size_t{kWarpsPerBlock} * 2 * c.n_experts * sizeof(float);
-  router_topk_kernel<<<blocks, kWarpsPerBlock * 32, shared_bytes, stream>>>(p, logits, logits_stride, correction_bias,
-                                                                            n_tokens, topk_ids, topk_weights);
+  router_topk_kernel<<<blocks, kWarpsPerBlock * 32, shared_bytes, stream>>>(p, logits, logits_stride, logit_parts,
+                                                                            correction_bias, n_tokens, topk_ids,
+                                                                            topk_weights);
   MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -30,7 +30,7 @@ struct CudaEpMoeLayer::State {
   DeviceBuffer<float> router, bias;
   DeviceBuffer<bf16> w13, w2, shared_w13, shared_w2;
   cuda::RouterGemm router_gemm;  // the router past kFusedRouterMaxTokens
-  DeviceBuffer<float> logits;     // [max_tokens, router_rows]
+  DeviceBuffer<float> logits;     // [max_tokens, router_rows x RouterGemm's terms]
   DeviceBuffer<unsigned> arrivals;
   // local experts over the received copies: [max_received * k] pairs of slots + 1 experts (the last one
   // holds the unused pairs and is never computed)
@@ -89,7 +89,7 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
   if (s.S > 0) upload_mlps({&weights.shared}, s.H, s.S, s.shared_w13, s.shared_w2);
 
   const int64_t Tm = s.max_tokens;
-  s.logits = DeviceBuffer<float>(Tm * s.router_rows);
+  s.logits = DeviceBuffer<float>(Tm * s.router_rows * std::max(1, s.router_gemm.terms()));  // RouterGemm's parts
   s.arrivals = DeviceBuffer<unsigned>(Tm);
   MOE_CUDA_CHECK(cudaMemset(s.arrivals.get(), 0, Tm * sizeof(unsigned)));
 
@@ -120,13 +120,15 @@ void CudaEpMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk
   const int k = static_cast<int>(s.k);
 
   // Router on this rank's tokens.
+  int64_t logits_stride = s.router_rows;  // RouterGemm: its parts side by side, summed into the first
   if (T > 0 && T <= kFusedRouterMaxTokens) {
     cuda::router_fused(s.config.router, x, s.H, s.router.get(), s.router_rows, s.bias.get(), T, s.logits.get(),
                        s.arrivals.get(), topk_ids, topk_weights, stream);
   } else if (T > 0) {
+    logits_stride = s.router_rows * s.router_gemm.terms();
     s.router_gemm.run(x, T, s.logits.get(), stream);
-    cuda::router_topk(s.config.router, s.logits.get(), s.router_rows, s.bias.get(), T, topk_ids, topk_weights,
-                      stream);
+    cuda::router_topk(s.config.router, s.logits.get(), logits_stride, s.router_gemm.terms(), s.bias.get(), T,
+                      topk_ids, topk_weights, stream);
   }
 
   CudaEpExchange& ex = *s.exchange;
@@ -194,9 +196,9 @@ void CudaEpMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk
   const bool gated = s.config.shared == SharedExpertKind::sigmoid_gated;
   const float* gate_logit = gated ? s.logits.get() + s.E : nullptr;
   if (ex.combine_wire() == Transfer::f32)
-    ex.combine(s.partial_f32.get(), shared, gate_logit, s.router_rows, out, stream);
+    ex.combine(s.partial_f32.get(), shared, gate_logit, logits_stride, out, stream);
   else
-    ex.combine(s.partial.get(), shared, gate_logit, s.router_rows, out, stream);
+    ex.combine(s.partial.get(), shared, gate_logit, logits_stride, out, stream);
 }
 
 ExchangeStats CudaEpMoeLayer::stats(cudaStream_t stream) const {

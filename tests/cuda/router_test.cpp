@@ -69,7 +69,7 @@ TEST(CudaRouter, MatchesTheCpuRouterForEveryMethod) {
 
       test::Device<float> d_logits(logits), d_bias(bias), d_weights(T * c.top_k);
       test::Device<int32_t> d_ids(T * c.top_k);
-      router_topk(c, d_logits.get(), stride, biased ? d_bias.get() : nullptr, T, d_ids.get(), d_weights.get(),
+      router_topk(c, d_logits.get(), stride, 1, biased ? d_bias.get() : nullptr, T, d_ids.get(), d_weights.get(),
                   nullptr);
       const auto ids = d_ids.host();
       const auto weights = d_weights.host();
@@ -78,6 +78,57 @@ TEST(CudaRouter, MatchesTheCpuRouterForEveryMethod) {
         ASSERT_NEAR(weights[i], want_weights[i], 1e-5 * std::max(1.0f, std::fabs(want_weights[i]))) << i;
     }
   }
+}
+
+// Logits in parts (RouterGemm's, one per bf16 term of the gate): router_topk selects on their sum, taken in
+// order in fp32, and leaves the sums in the first part (the shared-expert gate logit past E included).
+TEST(CudaRouter, TopKSumsLogitPartsInOrder) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  const RouterConfig c{.method = RoutingMethod::noaux_tc, .n_experts = 64, .top_k = 6, .norm_topk_prob = true,
+                       .routed_scaling_factor = 2.5f, .n_group = 8, .topk_group = 4};
+  const int64_t T = 45, width = c.n_experts + 1;  // + the shared-expert gate row
+  for (const int parts : {2, 3}) {
+    SCOPED_TRACE(std::to_string(parts) + " parts");
+    // Parts of very different sizes, as the terms of a split fp32 weight are: a lost or reordered part moves
+    // the sums.
+    std::vector<float> logits(T * parts * width), sums(T * width);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < width; ++i) {
+        float sum = 0.0f;
+        for (int j = 0; j < parts; ++j) {
+          const float v = static_cast<float>(rng.normal()) * std::ldexp(2.0f, -9 * j);
+          logits[(t * parts + j) * width + i] = v;
+          sum = j == 0 ? v : sum + v;
+        }
+        sums[t * width + i] = sum;
+      }
+    std::vector<float> packed;  // the CPU twin's input: the routed columns of the sums
+    for (int64_t t = 0; t < T; ++t)
+      packed.insert(packed.end(), sums.begin() + t * width, sums.begin() + t * width + c.n_experts);
+    const std::vector<float> bias = rng.normal_vector(c.n_experts, 0.05f);
+    std::vector<int32_t> want_ids(T * c.top_k);
+    std::vector<float> want_weights(T * c.top_k);
+    routing::route(c, packed, bias, T, want_ids, want_weights);
+
+    test::Device<float> d_logits(logits), d_bias(bias), d_weights(T * c.top_k);
+    test::Device<int32_t> d_ids(T * c.top_k);
+    router_topk(c, d_logits.get(), parts * width, parts, d_bias.get(), T, d_ids.get(), d_weights.get(), nullptr);
+    EXPECT_EQ(d_ids.host(), want_ids);
+    const auto weights = d_weights.host();
+    for (size_t i = 0; i < weights.size(); ++i)
+      ASSERT_NEAR(weights[i], want_weights[i], 1e-5 * std::max(1.0f, std::fabs(want_weights[i]))) << i;
+    const auto written = d_logits.host();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < width; ++i)
+        ASSERT_EQ(written[t * parts * width + i], sums[t * width + i]) << "token " << t << " column " << i;
+  }
+  // Rows that do not split into the parts are refused.
+  test::Device<float> d_logits(T * 100);
+  test::Device<float> d_weights(T * c.top_k);
+  test::Device<int32_t> d_ids(T * c.top_k);
+  EXPECT_THROW(router_topk(c, d_logits.get(), 100, 3, nullptr, T, d_ids.get(), d_weights.get(), nullptr), Error);
+  EXPECT_THROW(router_topk(c, d_logits.get(), 100, 2, nullptr, T, d_ids.get(), d_weights.get(), nullptr), Error);
 }
 
 TEST(CudaRouter, FusedDecodeRouterMatchesTheCpuRouter) {
@@ -121,6 +172,18 @@ TEST(CudaRouter, FusedDecodeRouterMatchesTheCpuRouter) {
   }
 }
 
+// RouterGemm's logit parts [T, terms x rows] summed in order, as router_topk sums them: [T, rows].
+std::vector<float> summed_parts(const std::vector<float>& parts, int64_t T, int64_t rows, int terms) {
+  std::vector<float> logits(T * rows);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      float sum = parts[t * terms * rows + r];
+      for (int j = 1; j < terms; ++j) sum += parts[(t * terms + j) * rows + r];
+      logits[t * rows + r] = sum;
+    }
+  return logits;
+}
+
 // RouterGemm (the router past the fused kernel) against fp64 logits: with fp32 weights (three bf16 terms)
 // its error is fp32 rounding; a plain bf16 copy of the same weights (what one term alone would compute)
 // is far off, so the test sees a lost term. Weights that are bf16 already take one term.
@@ -151,10 +214,10 @@ TEST(CudaRouter, RouterGemmKeepsFp32Accuracy) {
       return worst;
     };
     test::Device<uint16_t> d_x(x_bits);
-    test::Device<float> d_logits(T * rows);
+    test::Device<float> d_parts(T * 3 * rows);
     const auto logits_of = [&](const RouterGemm& gemm) {
-      gemm.run(reinterpret_cast<const bf16*>(d_x.get()), T, d_logits.get(), nullptr);
-      return d_logits.host();
+      gemm.run(reinterpret_cast<const bf16*>(d_x.get()), T, d_parts.get(), nullptr);
+      return summed_parts(d_parts.host(), T, rows, gemm.terms());
     };
 
     const RouterGemm fp32(w.data(), rows, H);
@@ -182,11 +245,11 @@ TEST(CudaRouter, RouterGemmReproducesFp32WeightsExactly) {
   std::vector<uint16_t> x(T * H, 0);
   for (int64_t t = 0; t < T; ++t) x[t * H + t] = ::moe::f32_to_bf16(1.0f);  // token t picks feature t
   test::Device<uint16_t> d_x(x);
-  test::Device<float> d_logits(T * rows);
+  test::Device<float> d_parts(T * 3 * rows);
   const RouterGemm gemm(w.data(), rows, H);
   ASSERT_EQ(gemm.terms(), 3);
-  gemm.run(reinterpret_cast<const bf16*>(d_x.get()), T, d_logits.get(), nullptr);
-  const auto logits = d_logits.host();
+  gemm.run(reinterpret_cast<const bf16*>(d_x.get()), T, d_parts.get(), nullptr);
+  const auto logits = summed_parts(d_parts.host(), T, rows, gemm.terms());
   for (int64_t t = 0; t < T; ++t)
     for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(logits[t * rows + r], w[r * H + t]) << "token " << t << " row " << r;
 }

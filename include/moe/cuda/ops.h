@@ -21,8 +21,11 @@ using bf16 = __nv_bfloat16;
 // Scores + top-k of every routing method, one warp per token, after the gate GEMM.
 //   logits [T, logits_stride] fp32 (the first E columns are the router's), bias [E] fp32 or null
 //   -> topk_ids [T, k] int32 (best first, ties to the lower index), topk_weights [T, k] fp32.
+// logit_parts > 1 (RouterGemm's parts): a token's row holds that many parts of logits_stride / logit_parts
+// columns side by side, whose sum (in order, fp32) is its logits; the sums are written over the first part,
+// where later readers (the Qwen2 shared-expert gate logit) take them.
 // Limits: E <= 1024, k <= 32, n_group <= 32.
-void router_topk(const routing::RouterConfig& config, const float* logits, int64_t logits_stride,
+void router_topk(const routing::RouterConfig& config, float* logits, int64_t logits_stride, int logit_parts,
                  const float* correction_bias, int64_t n_tokens, int32_t* topk_ids, float* topk_weights,
                  cudaStream_t stream);
 

@@ -1,9 +1,11 @@
 #pragma once
 // The router's logits for batches past the fused router kernel: x · Wᵀ with W the fp32 router weights
 // [rows, H], stored as a sum of bf16 terms (split_bf16_terms: one term where W is bf16 already, as in most
-// checkpoints, at most three), and one cuBLAS bf16 GEMM with fp32 accumulation per term. x is bf16, so
-// every product of x and a term is exact in fp32 and the terms sum to W: the logits keep the fp32 SGEMM's
-// accuracy (a different summation order) at the tensor-core rate, and x needs no fp32 copy first.
+// checkpoints, at most three), all of them in one cuBLAS bf16 GEMM with fp32 accumulation (the terms
+// stacked as [terms x rows, H]), which writes a part of the logits per term; router_topk sums the parts.
+// x is bf16, so every product of x and a term is exact in fp32 and the terms sum to W: the logits keep the
+// fp32 SGEMM's accuracy (a different summation order) at the tensor-core rate, x needs no fp32 copy first,
+// and x is read once, not once per term.
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -20,7 +22,7 @@ inline constexpr int64_t kFusedRouterMaxTokens = 64;
 
 // Whether a layer routes T tokens through router_fused: up to kFusedRouterMaxTokens always, and up to 128
 // while T * gate_rows * hidden stays within 2^25 multiply-adds (Qwen3-30B-A3B and Mixtral, not DeepSeek-V3).
-// NOTE: RouterGemm's three cuBLAS GEMMs and its top-k launch took ~26 us at Qwen3 T = 128 (ncu,
+// NOTE: RouterGemm's three cuBLAS GEMMs (one now) and its top-k launch took ~26 us at Qwen3 T = 128 (ncu,
 // bench/RESULTS.md 7th session); the fused kernel's CUDA-core dot products and its L2 reads of x and the
 // gate grow with T * gate_rows * hidden. Monotone in T: a layer whose largest batch is fused needs no
 // RouterGemm.
@@ -40,8 +42,10 @@ class RouterGemm {
   RouterGemm& operator=(const RouterGemm&) = delete;
 
   int terms() const { return n_terms_; }
-  // logits[T, rows] (row-major, fp32) = x[T, h] · Wᵀ on `stream` (capturable into a CUDA graph).
-  void run(const __nv_bfloat16* x, int64_t T, float* logits, cudaStream_t stream) const;
+  // logit_parts [T, terms() x rows] (row-major, fp32): columns [j rows, (j + 1) rows) hold x[T, h] · term_jᵀ,
+  // and a token's logits are its parts summed in order (router_topk does); on `stream` (capturable into a
+  // CUDA graph).
+  void run(const __nv_bfloat16* x, int64_t T, float* logit_parts, cudaStream_t stream) const;
 
  private:
   DeviceBuffer<__nv_bfloat16> terms_;  // [n_terms, rows, h]
