@@ -27,11 +27,24 @@ static __global__ void router_topk_kernel(RouterParams p, float* __restrict__ lo
   if (t >= n_tokens) return;
   float* const row = logits + t * stride;
   if (parts > 1) {
+    // NOTE: kColumns columns a lane at once, so that all their loads are in flight together (a loop of one
+    // column per lane waits for each round's loads in turn: 9.7 us at Qwen3 T=1024, bench/RESULTS.md).
+    constexpr int kColumns = 8;
     const int64_t width = stride / parts;
-    for (int64_t i = threadIdx.x % 32; i < width; i += 32) {
-      float sum = row[i];
-      for (int j = 1; j < parts; ++j) sum += row[j * width + i];
-      row[i] = sum;
+    for (int64_t i0 = threadIdx.x % 32; i0 < width; i0 += 32 * kColumns) {
+      float sum[kColumns];
+#pragma unroll
+      for (int c = 0; c < kColumns; ++c) sum[c] = i0 + 32 * c < width ? row[i0 + 32 * c] : 0.0f;
+      for (int j = 1; j < parts; ++j) {
+        float part[kColumns];
+#pragma unroll
+        for (int c = 0; c < kColumns; ++c) part[c] = i0 + 32 * c < width ? row[j * width + i0 + 32 * c] : 0.0f;
+#pragma unroll
+        for (int c = 0; c < kColumns; ++c) sum[c] += part[c];
+      }
+#pragma unroll
+      for (int c = 0; c < kColumns; ++c)
+        if (i0 + 32 * c < width) row[i0 + 32 * c] = sum[c];
     }
     __syncwarp();  // the warp's sums are visible to its lanes before the selection reads them
   }
