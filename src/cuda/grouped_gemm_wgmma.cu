@@ -92,6 +92,8 @@ constexpr int kStoreThreads = 96;
 constexpr uint32_t kHandoffThreads = 256 + kStoreThreads;
 // The policy stages the epilogue of GEMMs of at most this reduction length (wgmma_schedule_for).
 constexpr int64_t kStagedMaxK = 1024;
+// ... and those of at least this reduction length over half tiles.
+constexpr int64_t kStagedMinHalfTileK = 4096;
 constexpr size_t smem_bytes(bool swiglu, bool staged) {
   return static_cast<size_t>(stages(staged)) * kStageBytes + staging_bytes(swiglu, staged) + 1024 /* alignment */ +
          256 /* barriers */;
@@ -894,11 +896,15 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, 
   // group as high as an expert's pairs (1 at 256 rows per expert, 8 at 2048) keeps the pairs that share its
   // weight tiles together and the fewest gathered rows in flight: DeepSeek-V3 T=8192 13.9 -> 12.85 ms with
   // 1 for gate/up and 4 for down; the down GEMM (short k-loops) does better with at least 4.
-  // NOTE: the staged epilogue, measured on the H200 (bench/RESULTS.md, 9th session, ncu): with 12 k-blocks
-  // a unit (Qwen3's down GEMM, K = 768) it took the GEMM from 454 to 377 us (tensor pipe 51 -> 62% busy); with
-  // 32 or more (K >= 2048) its pipeline of 3 stages instead of 4 lost more than the overlap gave: Qwen3's
-  // gate/up 705 -> 734 us, DeepSeek-V3's gate/up 6171 -> 6789 and down 3429 -> 3515, Mixtral's 4-12% slower.
-  schedule.staged_epilogue = k <= kStagedMaxK;
+  // NOTE: the staged epilogue, measured on the H200 (bench/RESULTS.md, 9th session): with 12 k-blocks a unit
+  // (Qwen3's down GEMM, K = 768) it took the GEMM from 454 to 377 us at T=8192 (tensor pipe 51 -> 62% busy);
+  // with 32 or more k-blocks and 128-row tiles its pipeline of 3 stages instead of 4 lost more than the
+  // overlap gave (Qwen3 T=8192's gate/up 705 -> 734 us, DeepSeek-V3 T=8192's GEMMs 3-10%, Mixtral T=1024's
+  // 4-12%, Mixtral T=512 +4%). But where tiles are half tiles (<= 64 rows an expert) and k-loops long it
+  // pays: Mixtral T=128 808 -> 748 us (K = 4096 and 14336; its down GEMM 289 -> 242 us, 3.3 -> 3.9 TB/s in
+  // ncu), T=256 801 -> 764, DeepSeek-V3 T=1024 and 2048 (7168 and 2048) -0.5 and -0.9%; Qwen3 T=1024
+  // (gate/up K = 2048) +0.5%, so not below kStagedMinHalfTileK.
+  schedule.staged_epilogue = k <= kStagedMaxK || (schedule.half_tiles && k >= kStagedMinHalfTileK);
   if (schedule.pairs) {
     const int pairs_per_expert = static_cast<int>(std::clamp<int64_t>(rows / (256 * n_experts), 1, 8));
     schedule.raster_rows = gate_up ? pairs_per_expert : std::max(4, pairs_per_expert);

@@ -208,12 +208,18 @@ TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
   EXPECT_TRUE(wgmma_schedule_for(8192 * 2, 8, true, 4096).pairs);      // Mixtral T=8192: 2048
   EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256, true, 7168).pairs);   // DeepSeek-V3 T=1024: 32
   EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128, true, 2048).pairs);   // Qwen3 T=1024: 64
-  // The staged epilogue at short k-loops only (Qwen3's down GEMM), at every T.
+  // The staged epilogue at short k-loops (Qwen3's down GEMM) at every T, and with half tiles at long ones.
   EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 128, false, 768).staged_epilogue);
   EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 128, false, 768).staged_epilogue);
   EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 128, true, 2048).staged_epilogue);
   EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256, false, 2048).staged_epilogue);
-  EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8, true, 4096).staged_epilogue);
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 2, 8, true, 4096).staged_epilogue);     // Mixtral T=1024: 256 rows
+  EXPECT_FALSE(wgmma_schedule_for(512 * 2, 8, false, 14336).staged_epilogue);    // Mixtral T=512: 128 rows
+  EXPECT_TRUE(wgmma_schedule_for(128 * 2, 8, true, 4096).staged_epilogue);       // Mixtral T=128: 32 rows
+  EXPECT_TRUE(wgmma_schedule_for(128 * 2, 8, false, 14336).staged_epilogue);
+  EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256, true, 7168).staged_epilogue);    // DeepSeek-V3 T=1024
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256, false, 2048).staged_epilogue);
+  EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128, true, 2048).staged_epilogue);    // Qwen3 T=1024 gate/up
   // Raster groups with pairs: an expert's pairs for gate/up, at least 4 for down; 8 without pairs.
   EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, true, 7168).raster_rows, 1);   // DeepSeek-V3 T=8192
   EXPECT_EQ(wgmma_schedule_for(8192 * 8, 256, false, 2048).raster_rows, 4);
