@@ -477,10 +477,9 @@ static __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     } else if (STAGED && threadIdx.x >= 32) {
-      // The store warps: the rows of each staged unit to C, masked to N. 16-byte copies where C's rows are
-      // 16-byte aligned, else a column pair at a time (N is even).
+      // The store warps: the rows of each staged unit to C, masked to N, in 16-byte copies (launch_wgmma
+      // stages only where N is a multiple of 8 and C 16-byte aligned).
       constexpr int kChunks = OUT_COLS / 8;  // 16-byte chunks of a staged row
-      const bool vectors = p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
       // Per unit: the consumers may write the buffer (the copy of the unit before is done), then they have.
       for (;;) {
         named_barrier_sync(kFreeBarrier, kHandoffThreads);
@@ -492,14 +491,8 @@ static __global__ void __launch_bounds__(kThreads, 1)
         for (int i = threadIdx.x - 32; i < unit.y * kChunks; i += kStoreThreads) {
           const int r = i / kChunks, c = i % kChunks * 8;
           if (c >= cols) continue;
-          const unsigned char* const src = staging + r * kStagingRowBytes + c * 2;
-          bf16* const dst = p.c + (int64_t{unit.x} + r) * p.n + n0 + c;
-          if (vectors && c + 8 <= cols) {
-            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-          } else {
-            for (int e = 0; e < 8 && c + e < cols; e += 2)
-              *reinterpret_cast<uint32_t*>(dst + e) = *reinterpret_cast<const uint32_t*>(src + 2 * e);
-          }
+          *reinterpret_cast<uint4*>(p.c + (int64_t{unit.x} + r) * p.n + n0 + c) =
+              *reinterpret_cast<const uint4*>(staging + r * kStagingRowBytes + c * 2);
         }
       }
       allow_dependent_launch();  // after this warp's last stores of C, as the consumers' call after theirs
@@ -779,6 +772,8 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
   MOE_CUDA_REQUIRE(g.tall_rows == 0 || g.tall_rows == kTallRows,
                    "wgmma grouped GEMM: tall_rows " + std::to_string(g.tall_rows) + " must be 0 or " +
                        std::to_string(kTallRows) + " (build the tile map with wgmma_tall_rows())");
+  // The staged epilogue's store warps copy 16-byte vectors: elsewhere the consumers store (N even suffices).
+  if (g.n % 8 != 0 || reinterpret_cast<uintptr_t>(g.c) % 16 != 0) schedule.staged_epilogue = false;
   const CUtensorMap map_a = tensor_map(g.a, g.a_rows, g.k, kBM, "A");
   const CUtensorMap map_tall = tensor_map(g.a, g.a_rows, g.k, kTallRows, "A (tall tiles' extra rows)");
   const CUtensorMap map_b = tensor_map(g.b, g.n_experts * b_rows, g.k, kBBoxRows, "B");
@@ -890,7 +885,8 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, 
   // Mixtral T=8192 (2048 rows per expert), 1% on DeepSeek-V3 T=8192 (256), even on Qwen3 T=8192 (512) and
   // Mixtral T=1024 (256), and 3-7% slower at 32-64 rows per expert (DeepSeek-V3 and Qwen3 T=1024), where
   // most pairs hold a half-empty tile or straddle two experts and load alone but still run in lock step.
-  WgmmaSchedule schedule{.half_tiles = rows <= 64 * n_experts, .a_hint = WgmmaSchedule::L2Hint::evict_last,
+  const bool small_experts = rows <= 64 * n_experts;  // at most 64 rows an expert: nearly every tile a half tile
+  WgmmaSchedule schedule{.half_tiles = small_experts, .a_hint = WgmmaSchedule::L2Hint::evict_last,
                          .claimed_units = true, .pairs = rows >= 256 * n_experts};
   // NOTE: raster groups with pairs, measured on the H200 with tall tiles (bench/RESULTS.md, 8th session): a
   // group as high as an expert's pairs (1 at 256 rows per expert, 8 at 2048) keeps the pairs that share its
@@ -900,11 +896,12 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, 
   // (Qwen3's down GEMM, K = 768) it took the GEMM from 454 to 377 us at T=8192 (tensor pipe 51 -> 62% busy);
   // with 32 or more k-blocks and 128-row tiles its pipeline of 3 stages instead of 4 lost more than the
   // overlap gave (Qwen3 T=8192's gate/up 705 -> 734 us, DeepSeek-V3 T=8192's GEMMs 3-10%, Mixtral T=1024's
-  // 4-12%, Mixtral T=512 +4%). But where tiles are half tiles (<= 64 rows an expert) and k-loops long it
-  // pays: Mixtral T=128 808 -> 748 us (K = 4096 and 14336; its down GEMM 289 -> 242 us, 3.3 -> 3.9 TB/s in
-  // ncu), T=256 801 -> 764, DeepSeek-V3 T=1024 and 2048 (7168 and 2048) -0.5 and -0.9%; Qwen3 T=1024
-  // (gate/up K = 2048) +0.5%, so not below kStagedMinHalfTileK.
-  schedule.staged_epilogue = k <= kStagedMaxK || (schedule.half_tiles && k >= kStagedMinHalfTileK);
+  // 4-12%, Mixtral T=512 +4%). But at <= 64 rows an expert and long k-loops the 3 stages pay: Mixtral T=128
+  // 808 -> 748 us (K = 4096 and 14336; its down GEMM 289 -> 242 us, 3.3 -> 3.9 TB/s in ncu), T=256 801 -> 764,
+  // DeepSeek-V3 T=1024 and 2048 (7168 and 2048) -0.5 and -0.9%; Qwen3 T=1024 (gate/up K = 2048) +0.5%, so
+  // not below kStagedMinHalfTileK. There the gain is the shallower pipeline, not the overlap: a test build
+  // with 3 stages and the plain epilogue ran Mixtral T=128 in 756 us, with 2 stages 935 (4 stages: 816).
+  schedule.staged_epilogue = k <= kStagedMaxK || (small_experts && k >= kStagedMinHalfTileK);
   if (schedule.pairs) {
     const int pairs_per_expert = static_cast<int>(std::clamp<int64_t>(rows / (256 * n_experts), 1, 8));
     schedule.raster_rows = gate_up ? pairs_per_expert : std::max(4, pairs_per_expert);

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -163,6 +164,9 @@ Tensor int8_scheme_output(const Case& c, const ExpertBatch& batch, std::vector<d
     return out;
   };
   const int64_t T = c.T, H = c.H, I = c.I, k = c.k;
+  std::vector<std::array<Quantised, 3>> experts;  // gate, up, down of each expert
+  for (const SwigluWeights& e : c.experts)
+    experts.push_back({quantise_weight(e.gate), quantise_weight(e.up), quantise_weight(e.down)});
   const Tensor x = c.x.to_f32();
   Tensor out = Tensor::zeros(DType::F32, {T, H});
   slack.assign(T * H, 0.0);
@@ -173,8 +177,7 @@ Tensor int8_scheme_output(const Case& c, const ExpertBatch& batch, std::vector<d
     for (int64_t j = 0; j < k; ++j) {
       if (batch.pair_rows.data_as<int32_t>()[t * k + j] < 0) continue;  // dropped by the capacity
       const double weight = batch.pair_weights.data_as<float>()[t * k + j];
-      const SwigluWeights& e = c.experts[c.topk.ids.data_as<int32_t>()[t * k + j]];
-      const Quantised gate = quantise_weight(e.gate), up = quantise_weight(e.up), down = quantise_weight(e.down);
+      const auto& [gate, up, down] = experts[c.topk.ids.data_as<int32_t>()[t * k + j]];
       for (int64_t i = 0; i < I; ++i) {
         int64_t g = 0, u = 0;
         for (int64_t d = 0; d < H; ++d) {
@@ -242,7 +245,8 @@ std::vector<double> expect_close(const Case& c, WeightFormat format, const std::
   const ExpertBatch padded = permute_padded(c.x, c.topk, static_cast<int>(c.E), capacity, OverflowPolicy::renormalize);
   std::vector<double> scheme_errors;
   for (const ExpertBatch* batch : {&contiguous, &padded}) {
-    const std::string where = what + " " + std::string(weight_format_name(format)) + (batch == &padded ? " padded" : " contiguous");
+    const std::string where =
+        what + " " + std::string(weight_format_name(format)) + (batch == &padded ? " padded" : " contiguous");
     const Tensor want = reference_output(c, *batch);
     const double term_norm = down_term_norm(c, *batch);
     std::vector<double> slack;

@@ -85,44 +85,53 @@ TEST(CudaRouter, MatchesTheCpuRouterForEveryMethod) {
 TEST(CudaRouter, TopKSumsLogitPartsInOrder) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
-  const RouterConfig c{.method = RoutingMethod::noaux_tc, .n_experts = 64, .top_k = 6, .norm_topk_prob = true,
-                       .routed_scaling_factor = 2.5f, .n_group = 8, .topk_group = 4};
-  const int64_t T = 45, width = c.n_experts + 1;  // + the shared-expert gate row
-  for (const int parts : {2, 3}) {
-    SCOPED_TRACE(std::to_string(parts) + " parts");
-    // Parts of very different sizes, as the terms of a split fp32 weight are: a lost or reordered part moves
-    // the sums.
-    std::vector<float> logits(T * parts * width), sums(T * width);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < width; ++i) {
-        float sum = 0.0f;
-        for (int j = 0; j < parts; ++j) {
-          const float v = static_cast<float>(rng.normal()) * std::ldexp(2.0f, -9 * j);
-          logits[(t * parts + j) * width + i] = v;
-          sum = j == 0 ? v : sum + v;
+  // 64 experts in groups (+ the shared-expert gate row); 300 (the scan), whose rows of 301 take a lane
+  // through the summing loop twice.
+  for (const RouterConfig& c :
+       {RouterConfig{.method = RoutingMethod::noaux_tc, .n_experts = 64, .top_k = 6, .norm_topk_prob = true,
+                     .routed_scaling_factor = 2.5f, .n_group = 8, .topk_group = 4},
+        RouterConfig{.method = RoutingMethod::topk_softmax, .n_experts = 300, .top_k = 6}})
+    for (const int parts : {2, 3}) {
+      SCOPED_TRACE(std::to_string(c.n_experts) + " experts, " + std::to_string(parts) + " parts");
+      const int64_t T = 45, width = c.n_experts + 1;  // + the shared-expert gate row
+      // Parts of very different sizes, as the terms of a split fp32 weight are: a lost or reordered part moves
+      // the sums.
+      std::vector<float> logits(T * parts * width), sums(T * width);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < width; ++i) {
+          float sum = 0.0f;
+          for (int j = 0; j < parts; ++j) {
+            const float v = static_cast<float>(rng.normal()) * std::ldexp(2.0f, -9 * j);
+            logits[(t * parts + j) * width + i] = v;
+            sum = j == 0 ? v : sum + v;
+          }
+          sums[t * width + i] = sum;
         }
-        sums[t * width + i] = sum;
-      }
-    std::vector<float> packed;  // the CPU twin's input: the routed columns of the sums
-    for (int64_t t = 0; t < T; ++t)
-      packed.insert(packed.end(), sums.begin() + t * width, sums.begin() + t * width + c.n_experts);
-    const std::vector<float> bias = rng.normal_vector(c.n_experts, 0.05f);
-    std::vector<int32_t> want_ids(T * c.top_k);
-    std::vector<float> want_weights(T * c.top_k);
-    routing::route(c, packed, bias, T, want_ids, want_weights);
+      std::vector<float> packed;  // the CPU twin's input: the routed columns of the sums
+      for (int64_t t = 0; t < T; ++t)
+        packed.insert(packed.end(), sums.begin() + t * width, sums.begin() + t * width + c.n_experts);
+      const bool biased = c.method == RoutingMethod::noaux_tc;
+      const std::vector<float> bias = rng.normal_vector(c.n_experts, 0.05f);
+      std::vector<int32_t> want_ids(T * c.top_k);
+      std::vector<float> want_weights(T * c.top_k);
+      routing::route(c, packed, biased ? std::span<const float>(bias) : std::span<const float>(), T, want_ids,
+                     want_weights);
 
-    test::Device<float> d_logits(logits), d_bias(bias), d_weights(T * c.top_k);
-    test::Device<int32_t> d_ids(T * c.top_k);
-    router_topk(c, d_logits.get(), parts * width, parts, d_bias.get(), T, d_ids.get(), d_weights.get(), nullptr);
-    EXPECT_EQ(d_ids.host(), want_ids);
-    const auto weights = d_weights.host();
-    for (size_t i = 0; i < weights.size(); ++i)
-      ASSERT_NEAR(weights[i], want_weights[i], 1e-5 * std::max(1.0f, std::fabs(want_weights[i]))) << i;
-    const auto written = d_logits.host();
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < width; ++i)
-        ASSERT_EQ(written[t * parts * width + i], sums[t * width + i]) << "token " << t << " column " << i;
-  }
+      test::Device<float> d_logits(logits), d_bias(bias), d_weights(T * c.top_k);
+      test::Device<int32_t> d_ids(T * c.top_k);
+      router_topk(c, d_logits.get(), parts * width, parts, biased ? d_bias.get() : nullptr, T, d_ids.get(),
+                  d_weights.get(), nullptr);
+      EXPECT_EQ(d_ids.host(), want_ids);
+      const auto weights = d_weights.host();
+      for (size_t i = 0; i < weights.size(); ++i)
+        ASSERT_NEAR(weights[i], want_weights[i], 1e-5 * std::max(1.0f, std::fabs(want_weights[i]))) << i;
+      const auto written = d_logits.host();
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < width; ++i)
+          ASSERT_EQ(written[t * parts * width + i], sums[t * width + i]) << "token " << t << " column " << i;
+    }
+  const RouterConfig c{.method = RoutingMethod::softmax_topk, .n_experts = 64, .top_k = 6};
+  const int64_t T = 45;
   // Rows that do not split into the parts are refused.
   test::Device<float> d_logits(T * 100);
   test::Device<float> d_weights(T * c.top_k);

@@ -178,7 +178,8 @@ int wgmma_tall_rows();
 // where its schedule pairs row tiles, so that every pair shares its weight tile.
 bool wgmma_even_tiles(int64_t rows, int64_t n_experts);
 // The measured policy for `rows` rows over `n_experts` segments, for the gate/up GEMM or the down GEMM of
-// reduction length k (half tiles only where nearly every tile is one; the staged epilogue at short k); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N
+// reduction length k (half tiles only where nearly every tile is one; the staged epilogue at short k, and
+// at long k over experts of at most 64 rows); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N
 // or <gate/up N>,<down N>, MOE_WGMMA_L2=<A hint>,<B hint> (each normal, last or first),
 // MOE_WGMMA_CLAIM=on|off, MOE_WGMMA_PAIRS=on|off and MOE_WGMMA_STAGED_EPILOGUE=on|off in the environment
 // override it.
