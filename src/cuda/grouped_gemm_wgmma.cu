@@ -970,7 +970,7 @@ void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
   wgmma_grouped_gemm(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts, false, args.k));
 }
 
-GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows) {
+GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows, int64_t n_experts) {
   static const int forced = [] {  // 0: policy, 1: mma, 2: wgmma
     const char* v = std::getenv("MOE_GROUPED_GEMM");
     if (v == nullptr || *v == '\0') return 0;
@@ -982,7 +982,11 @@ GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows) {
   // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): wgmma with 128-row tiles beats the mma.sync
   // kernels in both prefill buckets, also at 32 rows per expert (DeepSeek-V3 T=1024: 8.98 -> 6.15 ms) where
   // three quarters of each tile are masked rows; decode (16-row tiles) stays a weight stream on mma.sync.
-  return tile_rows >= 64 ? GroupedGemmKernel::wgmma : GroupedGemmKernel::mma;
+  // NOTE: at 9-16 rows an expert (32-row mma.sync tiles) wgmma measured faster where experts are many
+  // (bench/RESULTS.md, 9th session: DeepSeek-V3 T=512 5,941 -> 5,687 us, Qwen3 T=256 366 -> 359) and slower
+  // with Mixtral's 8 (T=64 711-725 -> 747 us).
+  if (tile_rows >= 64 || (tile_rows == 32 && n_experts >= kWgmmaMinExpertsAt32)) return GroupedGemmKernel::wgmma;
+  return GroupedGemmKernel::mma;
 }
 
 void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_t cols, bf16* out,

@@ -106,7 +106,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   // The wgmma kernel reads A through a tensor map, which cannot gather: it needs the rows gathered first.
   // Rows per expert grow with T, so the largest batch decides whether any forward takes that path.
   const double max_rows_per_expert = capacity < 0 ? double(max_pairs) / E : double(capacity);
-  if (grouped_gemm_kernel_for(grouped_gemm_tile_rows(max_rows_per_expert)) == GroupedGemmKernel::wgmma)
+  if (grouped_gemm_kernel_for(grouped_gemm_tile_rows(max_rows_per_expert), E) == GroupedGemmKernel::wgmma)
     s.gathered = DeviceBuffer<bf16>(s.max_rows * H);
   if (wgmma_grouped_gemm_available()) {
     s.wgmma_scheduler = DeviceBuffer<int32_t>(wgmma_scheduler_ints());
@@ -179,7 +179,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   s.last_capacity = capacity;
   const int64_t rows = capacity < 0 ? T * k : E * capacity;
   int tile_rows = grouped_gemm_tile_rows(capacity < 0 ? double(T * k) / E : double(capacity));
-  const bool wgmma = grouped_gemm_kernel_for(tile_rows) == GroupedGemmKernel::wgmma && s.gathered.size() > 0;
+  const bool wgmma = grouped_gemm_kernel_for(tile_rows, E) == GroupedGemmKernel::wgmma && s.gathered.size() > 0;
   if (wgmma) tile_rows = 128;  // the wgmma kernel's tile height
   const TileMap tiles =
       s.permute.tile_map(tile_rows, rows, wgmma ? wgmma_tall_rows() : 0, wgmma && wgmma_even_tiles(rows, E));
@@ -226,7 +226,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   if (s.S > 0) {
     int shared_rows = grouped_gemm_tile_rows(double(T));
     // The shared MLP's rows are contiguous already, so the wgmma kernel needs no gather there.
-    const bool shared_wgmma = grouped_gemm_kernel_for(shared_rows) == GroupedGemmKernel::wgmma;
+    const bool shared_wgmma = grouped_gemm_kernel_for(shared_rows, 1) == GroupedGemmKernel::wgmma;
     if (shared_wgmma) shared_rows = 128;
     const int shared_tall = shared_wgmma ? wgmma_tall_rows() : 0;
     const bool shared_even = shared_wgmma && wgmma_even_tiles(T, 1);

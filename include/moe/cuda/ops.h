@@ -192,11 +192,13 @@ void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaS
 void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_t cols, bf16* out,
                  cudaStream_t stream);
 
-// Which kernel the layer runs for a batch whose mma.sync tile height would be tile_rows: wgmma where it is
-// available and tile_rows >= 64 (prefill), else mma.sync. MOE_GROUPED_GEMM=mma in the environment forces
-// mma.sync (MOE_GROUPED_GEMM=wgmma keeps the policy), for measuring both on one machine.
+// Which kernel the layer runs for a batch over n_experts whose mma.sync tile height would be tile_rows: wgmma
+// where it is available and tile_rows >= 64 (prefill), or 32 with at least kWgmmaMinExpertsAt32 experts;
+// else mma.sync. MOE_GROUPED_GEMM=mma in the environment forces mma.sync (MOE_GROUPED_GEMM=wgmma keeps the
+// policy), for measuring both on one machine.
 enum class GroupedGemmKernel { mma, wgmma };
-GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows);
+inline constexpr int64_t kWgmmaMinExpertsAt32 = 64;
+GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows, int64_t n_experts);
 
 // ---- unpermute.cu ----------------------------------------------------------------------------------
 // out[t] = sum_j pair_weights[t, j] * rows[pair_rows[t, j]] (+ shared_scale[t] * shared[t] when shared is
