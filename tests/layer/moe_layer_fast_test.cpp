@@ -1,12 +1,19 @@
 // MoeLayer on its default fast CPU experts (bf16 and int8 weights, both paradigms, shared experts, every
-// family) against the float64 oracle, at the fast path's tolerances (normwise relative error ≤ 1e-2 for
-// bf16, ≤ 4e-2 for int8; see tests/cpu/fast_experts_test.cpp). Routing is computed in fp64 as in the
-// reference, so the chosen experts match exactly.
+// family) against the float64 oracle. Routing is computed in fp64 as in the reference, so the chosen
+// experts match exactly. The kernels' own numerics are checked tightly in tests/cpu/fast_experts_test.cpp;
+// here the error is the weight format's, which depends on the drawn case: a case with few terms (I 5, 10
+// down terms a token) does not average its roundings. Measured normwise relative errors over 6,600 cases:
+//   bf16 from F32/F16 weights: median 4.2e-3, largest 1.0e-2 (H 62, I 5); from BF16 weights: largest 2.7e-3.
+//   int8: median 1.6e-2, largest 3.4e-2; a test's median over its cases: bf16 3.1-4.3e-3, int8 1.5-1.8e-2.
+// So each case gets a gross bound (a wrong expert, weight or missing shared expert errs by O(1)) and the
+// test's cases per format a tight median (a coarser rounding anywhere moves it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "layer_test_util.h"
 #include "moe/layer/moe_layer.h"
@@ -14,6 +21,18 @@
 
 namespace moe {
 namespace {
+
+struct FormatBounds {
+  double per_case;
+  double median;
+};
+constexpr FormatBounds kBf16Bounds{.per_case = 2.5e-2, .median = 6e-3};
+constexpr FormatBounds kInt8Bounds{.per_case = 0.1, .median = 2.5e-2};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
 
 double normwise_error(const Tensor& got, const std::vector<double>& want) {
   double diff = 0, norm = 1e-300;
@@ -37,6 +56,7 @@ TEST(MoeLayerFast, IsTheDefault) { EXPECT_EQ(LayerOptions{}.cpu_experts, CpuExpe
 
 TEST(MoeLayerFast, EveryFamilyBothParadigmsBothFormats) {
   test::TestRng rng;
+  std::vector<double> bf16_errors, int8_errors;
   for (const char* type : test::kMoeModelTypes)
     for (DType dtype : {DType::F32, DType::BF16, DType::F16})
       for (cpu::WeightFormat format : {cpu::WeightFormat::bf16, cpu::WeightFormat::int8}) {
@@ -44,11 +64,13 @@ TEST(MoeLayerFast, EveryFamilyBothParadigmsBothFormats) {
         test::MoeCase c = test::random_moe_case(type, rng, {.weight_dtype = dtype, .input_dtype = dtype});
         const std::string what = std::string(type) + " " + std::string(dtype_name(dtype)) + " " +
                                  std::string(cpu::weight_format_name(format));
-        const double tolerance = format == cpu::WeightFormat::bf16 ? 1e-2 : 4e-2;
+        const bool bf16 = format == cpu::WeightFormat::bf16;
         const auto want = test::moe_reference_f64(c.config, [&](const std::string& n) { return c.weight(n); }, c.x);
         const LayerOutput got = run(c, {.cpu_weights = format});
         if (want.hidden >= 16) {
-          EXPECT_LE(normwise_error(got.hidden_states, want.out), tolerance) << what;
+          const double error = normwise_error(got.hidden_states, want.out);
+          EXPECT_LE(error, (bf16 ? kBf16Bounds : kInt8Bounds).per_case) << what;
+          (bf16 ? bf16_errors : int8_errors).push_back(error);
         }
         for (size_t i = 0; i < want.ids.size(); ++i) {
           if (want.selection_margin[i / want.top_k] > 1e-5) {
@@ -61,10 +83,13 @@ TEST(MoeLayerFast, EveryFamilyBothParadigmsBothFormats) {
         EXPECT_EQ(0, std::memcmp(got.hidden_states.data(), padded.hidden_states.data(), got.hidden_states.nbytes()))
             << what;
       }
+  EXPECT_LE(median(bf16_errors), kBf16Bounds.median) << "bf16 over " << bf16_errors.size() << " cases";
+  EXPECT_LE(median(int8_errors), kInt8Bounds.median) << "int8 over " << int8_errors.size() << " cases";
 }
 
 TEST(MoeLayerFast, PaddedParadigmDropsAsTheReference) {
   test::TestRng rng;
+  std::vector<double> errors;
   for (const char* type : test::kMoeModelTypes)
     for (bool renormalize : {false, true}) {
       const test::MoeCase c = test::random_moe_case(type, rng, {.tokens = 24});
@@ -76,9 +101,11 @@ TEST(MoeLayerFast, PaddedParadigmDropsAsTheReference) {
                   .overflow = renormalize ? OverflowPolicy::renormalize : OverflowPolicy::drop});
       EXPECT_EQ(got.stats.dropped_pairs, want.dropped_pairs) << type;
       if (want.hidden >= 16) {
-        EXPECT_LE(normwise_error(got.hidden_states, want.out), 1e-2) << type;
+        errors.push_back(normwise_error(got.hidden_states, want.out));
+        EXPECT_LE(errors.back(), kBf16Bounds.per_case) << type;
       }
     }
+  EXPECT_LE(median(errors), kBf16Bounds.median) << "over " << errors.size() << " cases";
 }
 
 }  // namespace
