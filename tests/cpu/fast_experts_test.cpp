@@ -339,6 +339,12 @@ TEST(FastExperts, OutputIsAddedToAndIndependentOfThreadSplit) {
     const Tensor once = fast_output(c, batch, packed, isa);
     const Tensor again = fast_output(c, batch, packed, isa);
     EXPECT_EQ(0, std::memcmp(once.data(), again.data(), once.nbytes())) << "not deterministic on " << isa_name(isa);
+    // On one thread: a loop of the pool run from inside one of its own tasks runs serially on that thread.
+    Tensor serial;
+    ThreadPool::global().parallel_for(2, 1, [&](int64_t i, int64_t) {
+      if (i == 0) serial = fast_output(c, batch, packed, isa);
+    });
+    EXPECT_EQ(0, std::memcmp(once.data(), serial.data(), once.nbytes())) << "one thread differs on " << isa_name(isa);
   }
 }
 
