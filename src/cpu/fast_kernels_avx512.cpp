@@ -26,9 +26,8 @@ constexpr int kTiles = kBlockRows / 16;
 constexpr int64_t kPrefetchBytes = 4096;
 // Panels of 2-6 tokens (int8: 2-4; its asm loop of 5-6 keeps 4 KiB) also prefetch 16 KiB ahead into L2: an
 // L1 prefetch holds a fill buffer until its line arrives, so 4 KiB ahead keeps few lines in flight, and the
-// L2 queue holds more. Measured (bench/RESULTS.md,
-// 10th session), paired x floor, median of 5 rounds: Qwen3 T=8 1.15 -> 1.02, T=32 1.19 -> 1.06, T=128 1.46 ->
-// 1.43; limited to 2-3 tokens it gained less (T=32 1.13).
+// L2 queue holds more. Measured (bench/RESULTS.md, 10th session), paired x floor, median of 5 rounds: Qwen3
+// T=8 1.15 -> 1.02, T=32 1.19 -> 1.06, T=128 1.46 -> 1.43; limited to 2-3 tokens it gained less (T=32 1.13).
 constexpr int64_t kFarPrefetchBytes = 16384;
 // A one-token panel runs a k-step in about 4 cycles, so 4 KiB is less than a DRAM latency ahead: 8 KiB.
 // Two cores streaming 512 KiB blocks: 22.9-25.0 GB/s against 15.4-19.7 at 4 KiB (bench/RESULTS.md, 7th
