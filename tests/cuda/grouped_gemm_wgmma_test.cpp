@@ -243,20 +243,27 @@ TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
 
 TEST(CudaWgmmaGroupedGemm, GatherRowsCopiesTokenRowsAndZeroesUnusedOnes) {
   MOE_SKIP_WITHOUT_GPU();
-  const int64_t T = 37, H = 264, rows = 50;
-  test::TestRng rng;
-  std::vector<uint16_t> x(T * H);
-  for (auto& v : x) v = static_cast<uint16_t>(rng.uniform_int(0, 65535));
-  std::vector<int32_t> token(rows);
-  for (auto& t : token) t = static_cast<int32_t>(rng.uniform_int(-1, T - 1));
-  test::Device<uint16_t> d_x(x), d_out(rows * H);
-  test::Device<int32_t> d_token(token);
-  gather_rows(reinterpret_cast<const bf16*>(d_x.get()), d_token.get(), rows, H, reinterpret_cast<bf16*>(d_out.get()),
-              nullptr);
-  const auto got = d_out.host();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < H; ++j)
-      ASSERT_EQ(got[r * H + j], token[r] < 0 ? 0 : x[token[r] * H + j]) << "row " << r << " column " << j;
+  // Rows narrower than a warp's 32 chunks, wider than its 256 chunks in flight (8,200 columns: 1,025 chunks,
+  // one past four passes), and more rows than the grid has warps (each warp then takes several).
+  struct Case {
+    int64_t T, H, rows;
+  };
+  for (const Case c : {Case{37, 264, 50}, Case{5, 8200, 40}, Case{300, 64, 20000}}) {
+    test::TestRng rng;
+    std::vector<uint16_t> x(c.T * c.H);
+    for (auto& v : x) v = static_cast<uint16_t>(rng.uniform_int(0, 65535));
+    std::vector<int32_t> token(c.rows);
+    for (auto& t : token) t = static_cast<int32_t>(rng.uniform_int(-1, c.T - 1));
+    test::Device<uint16_t> d_x(x), d_out(c.rows * c.H);
+    test::Device<int32_t> d_token(token);
+    gather_rows(reinterpret_cast<const bf16*>(d_x.get()), d_token.get(), c.rows, c.H,
+                reinterpret_cast<bf16*>(d_out.get()), nullptr);
+    const auto got = d_out.host();
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t j = 0; j < c.H; ++j)
+        ASSERT_EQ(got[r * c.H + j], token[r] < 0 ? 0 : x[token[r] * c.H + j])
+            << "H " << c.H << " row " << r << " column " << j;
+  }
 }
 
 }  // namespace
