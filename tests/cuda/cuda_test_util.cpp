@@ -38,6 +38,36 @@ double max_relative_error(const std::vector<float>& got, const Tensor& want) {
   return worst / scale;
 }
 
+ChoiceAgreement compare_agreeing_tokens(const std::vector<float>& got, const std::vector<int32_t>& got_ids,
+                                        const LayerOutput& want) {
+  const int64_t T = want.hidden_states.size(0), H = want.hidden_states.size(1), k = want.topk.ids.size(1);
+  MOE_CHECK(static_cast<int64_t>(got.size()) == T * H && static_cast<int64_t>(got_ids.size()) == T * k,
+            "compare_agreeing_tokens: {} values and {} ids against [{}, {}] and [{}, {}]", got.size(), got_ids.size(),
+            T, H, T, k);
+  const float* w = want.hidden_states.data_as<float>();
+  const int32_t* want_ids = want.topk.ids.data_as<int32_t>();
+  ChoiceAgreement c;
+  c.tokens = T;
+  double worst = 0, scale = 1e-30;
+  for (int64_t t = 0; t < T; ++t) {
+    const bool same = std::equal(want_ids + t * k, want_ids + (t + 1) * k, got_ids.begin() + t * k);
+    for (int64_t h = 0; h < H; ++h) {
+      const double g = got[t * H + h];
+      if (!std::isfinite(g)) worst = HUGE_VAL;  // an unwritten (junk) or broken value fails every bound
+      scale = std::max(scale, std::fabs(double{w[t * H + h]}));
+      if (same) worst = std::max(worst, std::fabs(g - w[t * H + h]));
+    }
+    c.same_choices += same;
+  }
+  c.rel_error = worst / scale;
+  return c;
+}
+
+void expect_agreement(const ChoiceAgreement& c, const std::string& what) {
+  EXPECT_LE(c.rel_error, 1e-2) << what;
+  EXPECT_GE(c.same_choices, c.tokens - std::max<int64_t>(1, c.tokens / 50)) << what;
+}
+
 nlohmann::json cuda_case_config(const std::string& type, int64_t H, int64_t I, int E, int k) {
   nlohmann::json c = {{"model_type", type}, {"hidden_size", H}, {"num_experts_per_tok", k}, {"hidden_act", "silu"}};
   if (type == "mixtral") {

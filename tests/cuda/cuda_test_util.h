@@ -15,6 +15,7 @@
 #include "moe/core/expert_batch.h"
 #include "moe/core/tensor.h"
 #include "moe/layer/moe_config.h"
+#include "moe/layer/moe_layer.h"
 #include "test_random.h"
 
 namespace moe::test {
@@ -66,6 +67,20 @@ RandomExperts random_experts(int E, int64_t H, int64_t I, TestRng& rng);
 // max |got - want| / max |want| over all values (want F32, as many as got); infinite if any of got is not
 // finite.
 double max_relative_error(const std::vector<float>& got, const Tensor& want);
+
+// A GPU layer's output against the CPU layer's, over the tokens whose expert choices agree (an fp32 router
+// on two devices may split a near tie differently, and such a token's output then differs by a whole
+// expert): rel_error = max |got - want| over those tokens / max |want| over all (infinite if any of got is
+// not finite).
+struct ChoiceAgreement {
+  double rel_error = 0;
+  int64_t same_choices = 0, tokens = 0;
+};
+ChoiceAgreement compare_agreeing_tokens(const std::vector<float>& got, const std::vector<int32_t>& got_ids,
+                                        const LayerOutput& want);
+
+// rel_error within 1e-2, and the choices of all tokens but one in 50 (at least one) agree.
+void expect_agreement(const ChoiceAgreement& c, const std::string& what);
 
 // A HF config.json of `model_type` with CUDA-friendly sizes.
 nlohmann::json cuda_case_config(const std::string& model_type, int64_t hidden, int64_t intermediate, int n_experts,

@@ -14,14 +14,9 @@
 namespace moe::cuda {
 namespace {
 
-struct Compared {
-  double rel_error = 0;
-  int64_t same_choices = 0, tokens = 0;
-};
-
 // Runs both layers on x (rounded to bf16 for both) and compares tokens whose expert choices agree (an fp32
 // router on two devices may split a near tie differently).
-Compared run_both(const MoeConfig& config, const MoeWeights& weights, const Tensor& x_in, LayerOptions options) {
+test::ChoiceAgreement run_both(const MoeConfig& config, const MoeWeights& weights, const Tensor& x_in, LayerOptions options) {
   const Tensor x = x_in.to(DType::BF16).to_f32();
   const int64_t T = x.size(0), H = config.hidden_size, k = config.router.top_k;
   MoeLayer cpu_layer(config, weights, options);
@@ -38,31 +33,12 @@ Compared run_both(const MoeConfig& config, const MoeWeights& weights, const Tens
   const auto ids = d_ids.host();
   const DeviceLoadCounts counts = gpu.read_counts(nullptr);
 
-  Compared c;
-  c.tokens = T;
-  double worst = 0, scale = 1e-30;
-  for (int64_t t = 0; t < T; ++t) {
-    bool same = true;
-    for (int64_t j = 0; j < k; ++j) same &= ids[t * k + j] == want.topk.ids.data_as<int32_t>()[t * k + j];
-    for (int64_t h = 0; h < H; ++h) {
-      const double g = out[t * H + h], w = want.hidden_states.data_as<float>()[t * H + h];
-      EXPECT_FALSE(std::isnan(g)) << "token " << t;
-      scale = std::max(scale, std::fabs(w));
-      if (same) worst = std::max(worst, std::fabs(g - w));
-    }
-    c.same_choices += same;
-  }
-  c.rel_error = worst / scale;
+  const test::ChoiceAgreement c = test::compare_agreeing_tokens(out, ids, want);
   if (c.same_choices == T) {
     EXPECT_EQ(counts.tokens_per_expert, want.stats.tokens_per_expert);
     EXPECT_EQ(counts.dropped_per_expert, want.stats.dropped_per_expert);
   }
   return c;
-}
-
-void expect_agreement(const Compared& c, const std::string& what) {
-  EXPECT_LE(c.rel_error, 1e-2) << what;
-  EXPECT_GE(c.same_choices, c.tokens - std::max<int64_t>(1, c.tokens / 50)) << what;
 }
 
 TEST(CudaMoeLayer, EveryFamilyMatchesTheCpuLayer) {
@@ -72,7 +48,7 @@ TEST(CudaMoeLayer, EveryFamilyMatchesTheCpuLayer) {
     for (int64_t T : {1, 16, 97, 700}) {
       const MoeConfig config = parse_moe_config(test::cuda_case_config(type, 256, 128, 64, 6));
       const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
-      expect_agreement(run_both(config, weights, rng.normal_tensor({T, 256}), {}),
+      test::expect_agreement(run_both(config, weights, rng.normal_tensor({T, 256}), {}),
                        std::string(type) + " T " + std::to_string(T));
     }
 }
@@ -87,7 +63,7 @@ TEST(CudaMoeLayer, OddShapesAndDeepSeekV3Routing) {
   for (Shape s : {Shape{256, 8, 3}, Shape{256, 8, 131}, Shape{3, 2, 17}, Shape{5, 1, 1}, Shape{7, 3, 61}}) {
     const MoeConfig config = parse_moe_config(test::cuda_case_config("deepseek_v3", 128, 64, s.E, s.k));
     const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
-    expect_agreement(run_both(config, weights, rng.normal_tensor({s.T, 128}), {}),
+    test::expect_agreement(run_both(config, weights, rng.normal_tensor({s.T, 128}), {}),
                      "E " + std::to_string(s.E) + " T " + std::to_string(s.T));
   }
 }
@@ -101,8 +77,8 @@ TEST(CudaMoeLayer, EveryTokenOnOneExpert) {
   for (int64_t h = 0; h < 128; ++h) weights.router.data_as<float>()[5 * 128 + h] = 1.0f;
   Tensor x = rng.normal_tensor({40, 128});
   for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::fabs(x.data_as<float>()[i]) + 0.1f;
-  expect_agreement(run_both(config, weights, x, {}), "all on expert 5");
-  expect_agreement(run_both(config, weights, x, {.paradigm = Paradigm::padded, .capacity_factor = 1.0}),
+  test::expect_agreement(run_both(config, weights, x, {}), "all on expert 5");
+  test::expect_agreement(run_both(config, weights, x, {.paradigm = Paradigm::padded, .capacity_factor = 1.0}),
                    "all on expert 5, padded");
 }
 
@@ -114,7 +90,7 @@ TEST(CudaMoeLayer, PaddedParadigmBothPolicies) {
       for (OverflowPolicy policy : {OverflowPolicy::drop, OverflowPolicy::renormalize}) {
         const MoeConfig config = parse_moe_config(test::cuda_case_config(type, 128, 64, 16, 4));
         const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
-        expect_agreement(run_both(config, weights, rng.normal_tensor({50, 128}),
+        test::expect_agreement(run_both(config, weights, rng.normal_tensor({50, 128}),
                                   {.paradigm = Paradigm::padded, .capacity_factor = factor, .overflow = policy}),
                          std::string(type) + " factor " + std::to_string(factor));
       }
@@ -129,7 +105,7 @@ TEST(CudaMoeLayer, GraphReplayOnNewInputs) {
   const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
   for (const int64_t T : {33, 700}) {
     SCOPED_TRACE("T " + std::to_string(T));
-    test::expect_graph_replays_match(config, weights, T, rng, /*check_ids=*/false);
+    test::expect_graph_replays_match(config, weights, T, rng);
   }
 }
 
