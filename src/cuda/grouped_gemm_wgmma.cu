@@ -713,6 +713,13 @@ CUtensorMap tensor_map(const bf16* base, int64_t rows, int64_t cols, int box_row
   return map;
 }
 
+int sm_count() {
+  int device = 0, sms = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 // One kernel instance: its shared-memory limit raised once per device, a grid of at most one block per SM
 // (PAIRS: the clusters of 2 that fit at once, as the persistent blocks never make room for more).
 template <bool SWIGLU, bool PAIRS, bool STAGED>

@@ -19,14 +19,6 @@ __device__ __forceinline__ void wait_for_prior_grids() { asm volatile("griddepco
 // Lets the next grid in the stream be scheduled once every block of this one has called this (or exited).
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
-// The current device's SM count (for grids sized to the GPU).
-inline int sm_count() {
-  int device = 0, sms = 0;
-  MOE_CUDA_CHECK(cudaGetDevice(&device));
-  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 // The launch attribute of clusters of cluster_x blocks along x.
 inline cudaLaunchAttribute cluster_dimension(unsigned cluster_x) {
   cudaLaunchAttribute attribute{};

@@ -160,9 +160,9 @@ static_assert(kExpertBlocksFrom % (16 * 32) == 0 && kSmallWideFrom % (8 * 32) ==
 
 template <int WARPS>
 static __global__ void __launch_bounds__(WARPS * 32)
-    permute_one_block_kernel(const int32_t* __restrict__ ids, const float* __restrict__ topk_weights, int64_t n_tokens,
-                         int top_k, int n_experts, int64_t capacity, bool renormalize, PermuteBuffers b,
-                         TileMap tiles) {
+    permute_one_block_kernel(const int32_t* __restrict__ ids, const float* __restrict__ topk_weights,
+                             int64_t n_tokens, int top_k, int n_experts, int64_t capacity, bool renormalize,
+                             PermuteBuffers b, TileMap tiles) {
   constexpr int kThreads = WARPS * 32;
   static_assert(kThreads >= kSmallMaxExperts, "a thread per expert");
   static_assert(WARPS == 8 || WARPS == 16, "kChunks below covers the slices of the two launches of permute()");
@@ -261,42 +261,45 @@ static __global__ void __launch_bounds__(WARPS * 32)
   }
 }
 
-// A block per expert, with no communication between blocks. Every block loads all the ids (32 a thread at most), counts
-// every expert's pairs in shared memory and scans the counts, so that it knows its segment's offset and its
-// first tile; then it writes its own expert's part: counters, tiles, and its pairs in pair order (a ballot
-// per warp and chunk, and a scan of those counts over the block, rank each pair): a stable counting sort.
+// A block per expert, with no communication between blocks. Every block loads all the ids (32 a thread at
+// most), counts every expert's pairs in shared memory and scans the counts, so that it knows its segment's
+// offset and its first tile; then it writes its own expert's part: counters, tiles, and its pairs in pair
+// order (a ballot per warp and chunk, and a scan of those counts over the block, rank each pair): a stable
+// counting sort.
 // NOTE: measured on the H200 (bench/RESULTS.md, 11th session): at Qwen3 T=1024 (8192 pairs) 9.2 us against
 // the one-block kernel's 17 (the layer 404 -> 396 us); at 128 and 1024 pairs the layer ran 10 and 3 us
 // slower than with the one-block kernel, hence kExpertBlocksFrom.
-constexpr int kSmallThreads = 512;
-constexpr int kSmallWarps = kSmallThreads / 32, kSmallChunks = kSmallMaxPairs / kSmallThreads;
-static_assert(kSmallChunks * kSmallWarps == kSmallThreads, "one scanned count a thread: (chunk, warp) pairs");
-static_assert(kSmallThreads >= kSmallMaxExperts, "a thread per expert in the scans");
+constexpr int kExpertBlockThreads = 512, kExpertBlockWarps = kExpertBlockThreads / 32;
+constexpr int kExpertBlockChunks = kSmallMaxPairs / kExpertBlockThreads;  // ids a thread
+static_assert(kExpertBlockChunks * kExpertBlockWarps == kExpertBlockThreads,
+              "one scanned count a thread: (chunk, warp) pairs");
+static_assert(kExpertBlockThreads >= kSmallMaxExperts, "a thread per expert in the scans");
 
-static __global__ void __launch_bounds__(kSmallThreads)
-    permute_expert_blocks_kernel(const int32_t* __restrict__ ids, const float* __restrict__ topk_weights, int64_t n_tokens,
-                         int top_k, int n_experts, int64_t capacity, PermuteBuffers b, TileMap tiles) {
-  using Scan = cub::BlockScan<int32_t, kSmallThreads>;
+static __global__ void __launch_bounds__(kExpertBlockThreads)
+    permute_expert_blocks_kernel(const int32_t* __restrict__ ids, const float* __restrict__ topk_weights,
+                                 int64_t n_tokens, int top_k, int n_experts, int64_t capacity, PermuteBuffers b,
+                                 TileMap tiles) {
+  using Scan = cub::BlockScan<int32_t, kExpertBlockThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ int32_t counts[kSmallMaxExperts];
-  __shared__ int32_t chunk_base[kSmallChunks][kSmallWarps];  // matches of (chunk, warp), then their scan
-  __shared__ int32_t segment[3];                             // this expert's offset, rows and first tile
+  __shared__ int32_t chunk_base[kExpertBlockChunks][kExpertBlockWarps];  // matches of (chunk, warp), then scanned
+  __shared__ int32_t segment[3];  // this expert's offset, rows and first tile
   wait_for_prior_grids();
   allow_dependent_launch();
   const int e = static_cast<int>(blockIdx.x), tid = static_cast<int>(threadIdx.x), warp = tid / 32,
             lane = tid % 32;
   const int n_pairs = static_cast<int>(n_tokens * top_k);
-  for (int i = tid; i < n_experts; i += kSmallThreads) counts[i] = 0;
-  // Pair c * kSmallThreads + tid is this thread's c-th (coalesced loads, all in flight at once).
-  int32_t id[kSmallChunks];
+  for (int i = tid; i < n_experts; i += kExpertBlockThreads) counts[i] = 0;
+  // Pair c * kExpertBlockThreads + tid is this thread's c-th (coalesced loads, all in flight at once).
+  int32_t id[kExpertBlockChunks];
 #pragma unroll
-  for (int c = 0; c < kSmallChunks; ++c) {
-    const int i = c * kSmallThreads + tid;
+  for (int c = 0; c < kExpertBlockChunks; ++c) {
+    const int i = c * kExpertBlockThreads + tid;
     id[c] = i < n_pairs ? ids[i] : -1;
   }
   __syncthreads();
 #pragma unroll
-  for (int c = 0; c < kSmallChunks; ++c)
+  for (int c = 0; c < kExpertBlockChunks; ++c)
     if (id[c] >= 0 && id[c] < n_experts) atomicAdd(&counts[id[c]], 1);
   __syncthreads();
 
@@ -319,9 +322,10 @@ static __global__ void __launch_bounds__(kSmallThreads)
     b.segment_counts[e] = rows;
     b.dropped[e] = count - rows;
   }
-  if (e == 0 && tid == 0) *tiles.n_tiles = static_cast<int32_t>(total_tiles < tiles.max_tiles ? total_tiles : tiles.max_tiles);
+  if (e == 0 && tid == 0)
+    *tiles.n_tiles = static_cast<int32_t>(total_tiles < tiles.max_tiles ? total_tiles : tiles.max_tiles);
 #pragma unroll
-  for (int c = 0; c < kSmallChunks; ++c) {
+  for (int c = 0; c < kExpertBlockChunks; ++c) {
     const unsigned mine = __ballot_sync(0xffffffffu, id[c] == e);
     if (lane == 0) chunk_base[c][warp] = __popc(mine);
   }
@@ -333,15 +337,15 @@ static __global__ void __launch_bounds__(kSmallThreads)
   __syncthreads();
 
   const int32_t segment_offset = segment[0], segment_rows = segment[1];
-  write_tiles(e, segment_offset, segment_rows, segment[2], tiles, tid, kSmallThreads);
+  write_tiles(e, segment_offset, segment_rows, segment[2], tiles, tid, kExpertBlockThreads);
   if (capacity >= 0)  // the segment's unused rows
-    for (int64_t r = segment_rows + tid; r < capacity; r += kSmallThreads) b.row_token[segment_offset + r] = -1;
+    for (int64_t r = segment_rows + tid; r < capacity; r += kExpertBlockThreads) b.row_token[segment_offset + r] = -1;
   const unsigned lanes_before = (1u << lane) - 1u;
 #pragma unroll
-  for (int c = 0; c < kSmallChunks; ++c) {
+  for (int c = 0; c < kExpertBlockChunks; ++c) {
     const unsigned mine = __ballot_sync(0xffffffffu, id[c] == e);
     if (id[c] != e) continue;
-    const int i = c * kSmallThreads + tid;
+    const int i = c * kExpertBlockThreads + tid;
     const int64_t rank = chunk_base[c][warp] + __popc(mine & lanes_before);
     if (capacity >= 0 && rank >= capacity) {
       b.pair_rows[i] = -1;
@@ -395,7 +399,7 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
     return;
   }
   if (n_experts <= kSmallMaxExperts && n_pairs <= kSmallMaxPairs) {
-    launch_dependent(permute_expert_blocks_kernel, dim3(static_cast<unsigned>(n_experts)), dim3(kSmallThreads), 0,
+    launch_dependent(permute_expert_blocks_kernel, dim3(static_cast<unsigned>(n_experts)), dim3(kExpertBlockThreads), 0,
                      stream, topk_ids, topk_weights, n_tokens, top_k, n_experts, capacity, b, tiles);
     if (capacity >= 0 && renormalize) {
       renormalize_kernel<<<grid_for(n_tokens), 256, 0, stream>>>(topk_weights, n_tokens, top_k, b.pair_weights);

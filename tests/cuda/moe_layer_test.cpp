@@ -16,7 +16,8 @@ namespace {
 
 // Runs both layers on x (rounded to bf16 for both) and compares tokens whose expert choices agree (an fp32
 // router on two devices may split a near tie differently).
-test::ChoiceAgreement run_both(const MoeConfig& config, const MoeWeights& weights, const Tensor& x_in, LayerOptions options) {
+test::ChoiceAgreement run_both(const MoeConfig& config, const MoeWeights& weights, const Tensor& x_in,
+                               LayerOptions options) {
   const Tensor x = x_in.to(DType::BF16).to_f32();
   const int64_t T = x.size(0), H = config.hidden_size, k = config.router.top_k;
   MoeLayer cpu_layer(config, weights, options);
