@@ -21,13 +21,14 @@ namespace moe::cuda {
 inline constexpr int64_t kFusedRouterMaxTokens = 64;
 
 // Whether a layer routes T tokens through router_fused: up to kFusedRouterMaxTokens always, and up to 128
-// while T * gate_rows * hidden stays within 2^25 multiply-adds (Qwen3-30B-A3B and Mixtral, not DeepSeek-V3).
-// NOTE: RouterGemm's three cuBLAS GEMMs (one now) and its top-k launch took ~26 us at Qwen3 T = 128 (ncu,
-// bench/RESULTS.md 7th session); the fused kernel's CUDA-core dot products and its L2 reads of x and the
-// gate grow with T * gate_rows * hidden. Monotone in T: a layer whose largest batch is fused needs no
-// RouterGemm.
+// while T * gate_rows * hidden stays within 2^22 multiply-adds (Mixtral; not Qwen3-30B-A3B or DeepSeek-V3).
+// NOTE: the fused kernel's CUDA-core dot products and its L2 reads of x and the gate grow with
+// T * gate_rows * hidden. With RouterGemm down to one cuBLAS GEMM (9th session), the layer measured
+// (bench/RESULTS.md, 11th session): Qwen3 T=128 315.4 us fused against 310.8 through RouterGemm, T=64 even;
+// Mixtral T=128 749.6 fused against 752.0, T=16 and 32 5 us faster fused. Monotone in T: a layer whose
+// largest batch is fused needs no RouterGemm.
 inline bool fused_router_takes(int64_t n_tokens, int64_t gate_rows, int64_t hidden) {
-  return n_tokens <= kFusedRouterMaxTokens || (n_tokens <= 128 && n_tokens * gate_rows * hidden <= (int64_t{1} << 25));
+  return n_tokens <= kFusedRouterMaxTokens || (n_tokens <= 128 && n_tokens * gate_rows * hidden <= (int64_t{1} << 22));
 }
 
 class RouterGemm {
