@@ -33,6 +33,7 @@
 #include "moe/cpu/fast_experts.h"
 #include "moe/cpu/ops.h"
 #include "moe/layer/modular.h"
+#include "median_check.h"
 #include "test_random.h"
 
 namespace moe::cpu {
@@ -268,13 +269,6 @@ std::vector<double> expect_close(const Case& c, WeightFormat format, const std::
   return scheme_errors;
 }
 
-// The median of the int8 scheme's errors over a test's cases.
-void expect_int8_scheme_median(std::vector<double> errors) {
-  ASSERT_FALSE(errors.empty());
-  std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
-  EXPECT_LE(errors[errors.size() / 2], kInt8SchemeMedianTolerance) << "median of " << errors.size() << " cases";
-}
-
 TEST(FastExperts, MatchReferenceOnOddShapes) {
   test::TestRng rng;
   std::vector<double> int8_errors;
@@ -297,7 +291,7 @@ TEST(FastExperts, MatchReferenceOnOddShapes) {
                              std::string(dtype_name(dtype)));
         int8_errors.insert(int8_errors.end(), errors.begin(), errors.end());
       }
-  expect_int8_scheme_median(int8_errors);
+  test::expect_median_within(int8_errors, kInt8SchemeMedianTolerance, "the int8 scheme");
 }
 
 TEST(FastExperts, TinySizesRun) {
@@ -320,7 +314,7 @@ TEST(FastExperts, ExpertsWithNoTokensAndAllTokensOnOneExpert) {
           expect_close(random_case(rng, 41, 96, 48, 5, 1, DType::BF16, /*hot=*/2), format, "all tokens on expert 2"),
           expect_close(random_case(rng, 23, 64, 64, 5, 2, DType::BF16, /*hot=*/4, {0, 1}), format, "hot and dead")})
       int8_errors.insert(int8_errors.end(), errors.begin(), errors.end());
-  expect_int8_scheme_median(int8_errors);
+  test::expect_median_within(int8_errors, kInt8SchemeMedianTolerance, "the int8 scheme");
 }
 
 TEST(FastExperts, LongReductionsUseChunkedDownProjection) {

@@ -9,7 +9,6 @@
 // test's cases per format a tight median (a coarser rounding anywhere moves it).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "layer_test_util.h"
+#include "median_check.h"
 #include "moe/layer/moe_layer.h"
 #include "moe_reference_f64.h"
 
@@ -29,13 +29,6 @@ struct FormatBounds {
 };
 constexpr FormatBounds kBf16Bounds{.per_case = 2.5e-2, .median = 6e-3};
 constexpr FormatBounds kInt8Bounds{.per_case = 0.1, .median = 2.5e-2};
-
-// The median of a test's case errors within `bound` (no cases fails: the median must not pass by default).
-void expect_median_within(std::vector<double> errors, double bound, const std::string& what) {
-  ASSERT_FALSE(errors.empty()) << what << ": no cases";
-  std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
-  EXPECT_LE(errors[errors.size() / 2], bound) << what << ": median of " << errors.size() << " cases";
-}
 
 double normwise_error(const Tensor& got, const std::vector<double>& want) {
   double diff = 0, norm = 1e-300;
@@ -86,8 +79,8 @@ TEST(MoeLayerFast, EveryFamilyBothParadigmsBothFormats) {
         EXPECT_EQ(0, std::memcmp(got.hidden_states.data(), padded.hidden_states.data(), got.hidden_states.nbytes()))
             << what;
       }
-  expect_median_within(bf16_errors, kBf16Bounds.median, "bf16");
-  expect_median_within(int8_errors, kInt8Bounds.median, "int8");
+  test::expect_median_within(bf16_errors, kBf16Bounds.median, "bf16");
+  test::expect_median_within(int8_errors, kInt8Bounds.median, "int8");
 }
 
 TEST(MoeLayerFast, PaddedParadigmDropsAsTheReference) {
@@ -108,7 +101,7 @@ TEST(MoeLayerFast, PaddedParadigmDropsAsTheReference) {
         EXPECT_LE(errors.back(), kBf16Bounds.per_case) << type;
       }
     }
-  expect_median_within(errors, kBf16Bounds.median, "padded");
+  test::expect_median_within(errors, kBf16Bounds.median, "padded");
 }
 
 }  // namespace
