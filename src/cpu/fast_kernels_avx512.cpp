@@ -58,28 +58,32 @@ inline __m512 silu_mul_ps(__m512 g, __m512 u) {
   return _mm512_div_ps(_mm512_mul_ps(g, u), denominator);
 }
 
-// The int8 k-loop of a panel of N = 5 or 6 tokens: acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p].
+// The k-loop of a panel of N = 5 or 6 tokens: acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p], with
+// vdpbf16ps (bf16 pairs) or vpdpbusd (u8 activation quads × s8 weight quads).
 // NOTE: one asm statement owning zmm0-28 (token n's 4 accumulators in zmm4n..4n+3, the block's 4 weight
 // vectors in zmm24-27, a broadcast in zmm28), the sums stored token-major after the loop: with intrinsics
-// GCC kept moving the accumulators between registers (48 zmm moves and 19 stack accesses a k-step at N = 6),
-// which compete with vpdpbusd for the vector ports: int8 ran 1.4-1.9x slower where compute-bound
-// (bench/RESULTS.md, 6th session). The assembler's .irp and a macro (moe_token, purged at the end so that
-// every inlined copy may define it) write out the repetition.
-struct DotInt8Args {
+// GCC kept moving the accumulators between registers and the stack (int8: 48 zmm moves and 19 stack
+// accesses a k-step at N = 6; bf16 the same), which compete with the dot products for the vector ports:
+// int8 ran 1.4-1.9x slower where compute-bound (bench/RESULTS.md, 6th session), bf16 at T = 128-512 reached
+// 36-40% of the vdpbf16ps peak on a Zen 4 VM (12th session). The assembler's .irp and a macro (moe_token,
+// purged at the end so that every inlined copy may define it) write out the repetition.
+struct DotAsmArgs {
   const void* w;  // the block stream
-  int64_t steps;  // k quads
+  int64_t steps;  // k pairs (bf16) or quads (int8)
   const uint32_t* x[6];
 };
-// Token n of the panel: its quad pointer's register and its 4 accumulators' numbers.
-#define MOE_INT8_TOKEN(ptr, accumulators) "moe_token " ptr ", " accumulators "\n\t"
-#define MOE_INT8_LOOP(TOKENS, ACCUMULATORS, out)                                                          \
+// Token n of the panel: its pointer's register and its 4 accumulators' numbers.
+#define MOE_ASM_TOKEN(ptr, accumulators) "moe_token " ptr ", " accumulators "\n\t"
+// bf16 panels also prefetch kFarPrefetchBytes ahead into L2 (int8 panels of 5-6 keep 4 KiB only).
+#define MOE_ASM_FAR_PREFETCH ".irp l, 0, 1, 2, 3\n\tprefetcht1 16384+64*\\l(%%rax)\n\t.endr\n\t"
+#define MOE_ASM_LOOP(OP, FAR_PREFETCH, TOKENS, ACCUMULATORS, out)                                          \
   asm volatile(                                                                                          \
       ".macro moe_token ptr, a0, a1, a2, a3\n\t"                                                         \
       "vpbroadcastd (\\ptr,%%rdx,4), %%zmm28\n\t"                                                        \
-      "vpdpbusd %%zmm24, %%zmm28, %%zmm\\a0\n\t"                                                         \
-      "vpdpbusd %%zmm25, %%zmm28, %%zmm\\a1\n\t"                                                         \
-      "vpdpbusd %%zmm26, %%zmm28, %%zmm\\a2\n\t"                                                         \
-      "vpdpbusd %%zmm27, %%zmm28, %%zmm\\a3\n\t"                                                         \
+      OP " %%zmm24, %%zmm28, %%zmm\\a0\n\t"                                                              \
+      OP " %%zmm25, %%zmm28, %%zmm\\a1\n\t"                                                              \
+      OP " %%zmm26, %%zmm28, %%zmm\\a2\n\t"                                                              \
+      OP " %%zmm27, %%zmm28, %%zmm\\a3\n\t"                                                              \
       ".endm\n\t"                                                                                        \
       ".irp i, " ACCUMULATORS "\n\tvpxord %%zmm\\i, %%zmm\\i, %%zmm\\i\n\t.endr\n\t"                    \
       "mov 0(%[a]), %%rax\n\tmov 8(%[a]), %%rcx\n\t"                                                     \
@@ -87,7 +91,7 @@ struct DotInt8Args {
       "mov 40(%[a]), %%r11\n\tmov 48(%[a]), %%r12\n\tmov 56(%[a]), %%r13\n\t"                            \
       "xor %%edx, %%edx\n\ttest %%rcx, %%rcx\n\tjz 2f\n\t"                                               \
       "1:\n\t"                                                                                           \
-      ".irp l, 0, 1, 2, 3\n\tprefetcht0 4096+64*\\l(%%rax)\n\t.endr\n\t"                                 \
+      ".irp l, 0, 1, 2, 3\n\tprefetcht0 4096+64*\\l(%%rax)\n\t.endr\n\t" FAR_PREFETCH                    \
       "vmovdqu64 0(%%rax), %%zmm24\n\tvmovdqu64 64(%%rax), %%zmm25\n\t"                                  \
       "vmovdqu64 128(%%rax), %%zmm26\n\tvmovdqu64 192(%%rax), %%zmm27\n\t" TOKENS                        \
       "add $256, %%rax\n\tinc %%rdx\n\tcmp %%rcx, %%rdx\n\tjne 1b\n\t"                                   \
@@ -100,40 +104,46 @@ struct DotInt8Args {
         "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13",   \
         "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24",   \
         "xmm25", "xmm26", "xmm27", "xmm28")
+#define MOE_ASM_TOKENS_5                                                                                  \
+  MOE_ASM_TOKEN("%%r8", "0, 1, 2, 3") MOE_ASM_TOKEN("%%r9", "4, 5, 6, 7") MOE_ASM_TOKEN("%%r10", "8, 9, 10, 11") \
+  MOE_ASM_TOKEN("%%r11", "12, 13, 14, 15") MOE_ASM_TOKEN("%%r12", "16, 17, 18, 19")
+#define MOE_ASM_ACCUMULATORS_5 "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19"
 
-template <int N>
-[[gnu::always_inline]] inline void dot_int8_asm(__m512i (&acc)[kTiles][N], const DotInt8Args& a) {
+template <int N, bool kBf16>
+[[gnu::always_inline]] inline void dot_asm(__m512i (&acc)[kTiles][N], const DotAsmArgs& a) {
   static_assert(N == 5 || N == 6, "the asm k-loop takes panels of 5 or 6 tokens");
+  static_assert(kPrefetchBytes == 4096 && kFarPrefetchBytes == 16384, "the asm k-loop's prefetch distances");
   __m512i token_major[N][kTiles];
-  if constexpr (N == 5) {
-    MOE_INT8_LOOP(MOE_INT8_TOKEN("%%r8", "0, 1, 2, 3") MOE_INT8_TOKEN("%%r9", "4, 5, 6, 7")
-                      MOE_INT8_TOKEN("%%r10", "8, 9, 10, 11") MOE_INT8_TOKEN("%%r11", "12, 13, 14, 15")
-                          MOE_INT8_TOKEN("%%r12", "16, 17, 18, 19"),
-                  "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19", token_major);
+  if constexpr (kBf16 && N == 5) {
+    MOE_ASM_LOOP("vdpbf16ps", MOE_ASM_FAR_PREFETCH, MOE_ASM_TOKENS_5, MOE_ASM_ACCUMULATORS_5, token_major);
+  } else if constexpr (kBf16) {
+    MOE_ASM_LOOP("vdpbf16ps", MOE_ASM_FAR_PREFETCH, MOE_ASM_TOKENS_5 MOE_ASM_TOKEN("%%r13", "20, 21, 22, 23"),
+                 MOE_ASM_ACCUMULATORS_5 ", 20, 21, 22, 23", token_major);
+  } else if constexpr (N == 5) {
+    MOE_ASM_LOOP("vpdpbusd", "", MOE_ASM_TOKENS_5, MOE_ASM_ACCUMULATORS_5, token_major);
   } else {
-    MOE_INT8_LOOP(MOE_INT8_TOKEN("%%r8", "0, 1, 2, 3") MOE_INT8_TOKEN("%%r9", "4, 5, 6, 7")
-                      MOE_INT8_TOKEN("%%r10", "8, 9, 10, 11") MOE_INT8_TOKEN("%%r11", "12, 13, 14, 15")
-                          MOE_INT8_TOKEN("%%r12", "16, 17, 18, 19") MOE_INT8_TOKEN("%%r13", "20, 21, 22, 23"),
-                  "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23",
-                  token_major);
+    MOE_ASM_LOOP("vpdpbusd", "", MOE_ASM_TOKENS_5 MOE_ASM_TOKEN("%%r13", "20, 21, 22, 23"),
+                 MOE_ASM_ACCUMULATORS_5 ", 20, 21, 22, 23", token_major);
   }
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n)
 #pragma GCC unroll 4
     for (int r = 0; r < kTiles; ++r) acc[r][n] = token_major[n][r];
 }
-#undef MOE_INT8_LOOP
-#undef MOE_INT8_TOKEN
+#undef MOE_ASM_ACCUMULATORS_5
+#undef MOE_ASM_TOKENS_5
+#undef MOE_ASM_LOOP
+#undef MOE_ASM_FAR_PREFETCH
+#undef MOE_ASM_TOKEN
 
 // acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs (bf16) or quads (int8).
 template <int N, bool kBf16, class W>
 [[gnu::always_inline]] inline void dot_block(const W* w, int64_t k_steps, const uint32_t* const* x_in,
                                              __m512i (&acc)[kTiles][N]) {
-  if constexpr (!kBf16 && N >= 5) {
-    static_assert(kPrefetchBytes == 4096, "dot_int8_asm prefetches 4 KiB ahead");
-    DotInt8Args args{.w = w, .steps = k_steps, .x = {}};
+  if constexpr (N >= 5) {
+    DotAsmArgs args{.w = w, .steps = k_steps, .x = {}};
     for (int n = 0; n < N; ++n) args.x[n] = x_in[n];
-    dot_int8_asm<N>(acc, args);
+    dot_asm<N, kBf16>(acc, args);
   } else {
     const uint32_t* x[N];
 #pragma GCC unroll 8
