@@ -58,6 +58,20 @@ TEST(Tensor, EmptyShapeStridesAlignment) {
   EXPECT_FALSE(Tensor().defined());
 }
 
+// Large tensors (expert weights) start on a 2 MiB boundary, so that the transparent huge pages they are
+// advised for cover them from their first byte; small ones keep 64-byte alignment without the padding.
+TEST(Tensor, LargeTensorsAreHugePageAligned) {
+  for (int64_t bytes : {int64_t{4} << 20, (int64_t{4} << 20) + 4, int64_t{9} << 20}) {
+    Tensor t = Tensor::empty(DType::U8, {bytes});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % (uintptr_t{2} << 20), 0u) << bytes << " bytes";
+    static_cast<unsigned char*>(t.data())[bytes - 1] = 1;  // the whole extent is writable
+  }
+  for (int i = 0; i < 8; ++i) {
+    Tensor t = Tensor::empty(DType::U8, {(int64_t{4} << 20) - 64});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
+  }
+}
+
 TEST(Tensor, ZerosClears) {
   Tensor t = Tensor::zeros(DType::I32, {7, 9});
   for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.data_as<int32_t>()[i], 0);
