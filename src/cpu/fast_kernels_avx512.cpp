@@ -107,7 +107,9 @@ struct DotAsmArgs {
 #define MOE_ASM_TOKENS_5                                                                                  \
   MOE_ASM_TOKEN("%%r8", "0, 1, 2, 3") MOE_ASM_TOKEN("%%r9", "4, 5, 6, 7") MOE_ASM_TOKEN("%%r10", "8, 9, 10, 11") \
   MOE_ASM_TOKEN("%%r11", "12, 13, 14, 15") MOE_ASM_TOKEN("%%r12", "16, 17, 18, 19")
+#define MOE_ASM_TOKENS_6 MOE_ASM_TOKENS_5 MOE_ASM_TOKEN("%%r13", "20, 21, 22, 23")
 #define MOE_ASM_ACCUMULATORS_5 "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19"
+#define MOE_ASM_ACCUMULATORS_6 MOE_ASM_ACCUMULATORS_5 ", 20, 21, 22, 23"
 
 template <int N, bool kBf16>
 [[gnu::always_inline]] inline void dot_asm(__m512i (&acc)[kTiles][N], const DotAsmArgs& a) {
@@ -117,20 +119,20 @@ template <int N, bool kBf16>
   if constexpr (kBf16 && N == 5) {
     MOE_ASM_LOOP("vdpbf16ps", MOE_ASM_FAR_PREFETCH, MOE_ASM_TOKENS_5, MOE_ASM_ACCUMULATORS_5, token_major);
   } else if constexpr (kBf16) {
-    MOE_ASM_LOOP("vdpbf16ps", MOE_ASM_FAR_PREFETCH, MOE_ASM_TOKENS_5 MOE_ASM_TOKEN("%%r13", "20, 21, 22, 23"),
-                 MOE_ASM_ACCUMULATORS_5 ", 20, 21, 22, 23", token_major);
+    MOE_ASM_LOOP("vdpbf16ps", MOE_ASM_FAR_PREFETCH, MOE_ASM_TOKENS_6, MOE_ASM_ACCUMULATORS_6, token_major);
   } else if constexpr (N == 5) {
     MOE_ASM_LOOP("vpdpbusd", "", MOE_ASM_TOKENS_5, MOE_ASM_ACCUMULATORS_5, token_major);
   } else {
-    MOE_ASM_LOOP("vpdpbusd", "", MOE_ASM_TOKENS_5 MOE_ASM_TOKEN("%%r13", "20, 21, 22, 23"),
-                 MOE_ASM_ACCUMULATORS_5 ", 20, 21, 22, 23", token_major);
+    MOE_ASM_LOOP("vpdpbusd", "", MOE_ASM_TOKENS_6, MOE_ASM_ACCUMULATORS_6, token_major);
   }
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n)
 #pragma GCC unroll 4
     for (int r = 0; r < kTiles; ++r) acc[r][n] = token_major[n][r];
 }
+#undef MOE_ASM_ACCUMULATORS_6
 #undef MOE_ASM_ACCUMULATORS_5
+#undef MOE_ASM_TOKENS_6
 #undef MOE_ASM_TOKENS_5
 #undef MOE_ASM_LOOP
 #undef MOE_ASM_FAR_PREFETCH
