@@ -138,10 +138,11 @@ template <int N, bool kBf16>
 #undef MOE_ASM_FAR_PREFETCH
 #undef MOE_ASM_TOKEN
 
-// acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs (bf16) or quads (int8).
+// acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs (bf16) or quads (int8); panels of 2-4
+// tokens given a next block (NextBlock) fetch it into L2 in place of their own stream's far prefetch.
 template <int N, bool kBf16, class W>
 [[gnu::always_inline]] inline void dot_block(const W* w, int64_t k_steps, const uint32_t* const* x_in,
-                                             __m512i (&acc)[kTiles][N]) {
+                                             __m512i (&acc)[kTiles][N], NextBlock next = {}) {
   if constexpr (N >= 5) {
     DotAsmArgs args{.w = w, .steps = k_steps, .x = {}};
     for (int n = 0; n < N; ++n) args.x[n] = x_in[n];
@@ -155,14 +156,23 @@ template <int N, bool kBf16, class W>
 #pragma GCC unroll 8
       for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_si512();
     const char* stream = reinterpret_cast<const char*>(w);
+    // The next block's lines, `ahead` bytes of it due after step p: a line is fetched as `ahead` passes it.
+    const char* next_data = static_cast<const char*>(next.data);
+    const int64_t next_lines = next_data != nullptr && k_steps > 0 ? (next.bytes + 63) / 64 : 0;
+    int64_t next_line = 0;
     for (int64_t p = 0; p < k_steps; ++p, stream += kBlockRows * 4) {
+      if constexpr (N > 1 && N <= kMaxNextBlockPanel) {
+        // NOTE: when the line count is not a multiple of the steps, (p + 1) * lines / steps spreads them.
+        for (const int64_t due = (p + 1) * next_lines / k_steps; next_line < due; ++next_line)
+          _mm_prefetch(next_data + 64 * next_line, _MM_HINT_T1);
+      }
       {
         // NOTE: weights come from DRAM once per forward (decode) or once per block (prefill, while the
         // panel computes): fetching them ahead overlaps the stream with the math (1.3-1.5x at T = 32-128).
 #pragma GCC unroll 4
         for (int line = 0; line < 4; ++line)
           _mm_prefetch(stream + (N == 1 ? kDecodePrefetchBytes : kPrefetchBytes) + 64 * line, _MM_HINT_T0);
-        if constexpr (N > 1) {
+        if (N > 1 && next_lines == 0) {
 #pragma GCC unroll 4
           for (int line = 0; line < 4; ++line) _mm_prefetch(stream + kFarPrefetchBytes + 64 * line, _MM_HINT_T1);
         }
@@ -203,7 +213,7 @@ inline void add_scaled_rows(float* out, const __m512 (&v)[kTiles], float weight,
 template <int N>
 void gate_up_bf16(const GateUpBf16Args& a) {
   __m512i acc[kTiles][N];
-  dot_block<N, true>(a.w, a.k_pairs, a.x, acc);
+  dot_block<N, true>(a.w, a.k_pairs, a.x, acc, a.next);
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) {
     const __m512 h0 = silu_mul_ps(_mm512_castsi512_ps(acc[0][n]), _mm512_castsi512_ps(acc[2][n]));
@@ -234,7 +244,7 @@ inline __m512 dequant(__m512i acc, const float* w_scale, const int32_t* w_comp, 
 template <int N>
 void gate_up_int8(const GateUpInt8Args& a) {
   __m512i acc[kTiles][N];
-  dot_block<N, false>(a.w, a.k_quads, a.x, acc);
+  dot_block<N, false>(a.w, a.k_quads, a.x, acc, a.next);
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) {
     __m512 v[kTiles];
