@@ -156,15 +156,16 @@ template <int N, bool kBf16, class W>
 #pragma GCC unroll 8
       for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_si512();
     const char* stream = reinterpret_cast<const char*>(w);
-    // The next block's lines, `ahead` bytes of it due after step p: a line is fetched as `ahead` passes it.
+    // The next block's lines, spread evenly over the k-steps: after step p, (p + 1) * next_lines / k_steps of
+    // them are fetched, counted without a division (credit gains next_lines a step, a line costs k_steps).
     const char* next_data = static_cast<const char*>(next.data);
-    const int64_t next_lines = next_data != nullptr && k_steps > 0 ? (next.bytes + 63) / 64 : 0;
-    int64_t next_line = 0;
+    const int64_t next_lines = next_data != nullptr ? (next.bytes + 63) / 64 : 0;
+    const char* next_fetch = next_data;
+    int64_t next_credit = 0;
     for (int64_t p = 0; p < k_steps; ++p, stream += kBlockRows * 4) {
       if constexpr (N > 1 && N <= kMaxNextBlockPanel) {
-        // NOTE: when the line count is not a multiple of the steps, (p + 1) * lines / steps spreads them.
-        for (const int64_t due = (p + 1) * next_lines / k_steps; next_line < due; ++next_line)
-          _mm_prefetch(next_data + 64 * next_line, _MM_HINT_T1);
+        for (next_credit += next_lines; next_credit >= k_steps; next_credit -= k_steps, next_fetch += 64)
+          _mm_prefetch(next_fetch, _MM_HINT_T1);
       }
       {
         // NOTE: weights come from DRAM once per forward (decode) or once per block (prefill, while the
