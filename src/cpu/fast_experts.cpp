@@ -126,11 +126,27 @@ Isa detect_isa() {
   return Isa::avx2;
 }
 
+StreamPrefetch detect_stream_prefetch() {
+  if (const char* env = std::getenv("MOE_CPU_STREAM_PREFETCH"); env && *env) {
+    const std::string want = env;
+    MOE_CHECK(want == "software" || want == "hardware", "MOE_CPU_STREAM_PREFETCH must be software or hardware, got '{}'",
+              want);
+    return want == "software" ? StreamPrefetch::software : StreamPrefetch::hardware;
+  }
+  __builtin_cpu_init();
+  return __builtin_cpu_is("amd") ? StreamPrefetch::hardware : StreamPrefetch::software;
+}
+
+std::string_view stream_prefetch_name(StreamPrefetch prefetch) {
+  return prefetch == StreamPrefetch::software ? "software prefetch" : "hardware prefetch";
+}
+
 bool fast_experts_available() { return cpu_has_avx2(); }
 
 std::string_view isa_name(Isa isa) { return isa == Isa::avx512 ? "avx512-bf16" : "avx2-fma"; }
 
-void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor& x, Tensor& out, Isa isa) {
+void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor& x, Tensor& out, Isa isa,
+                          StreamPrefetch prefetch) {
   MOE_CHECK(x.dim() == 2 && x.dtype() == DType::F32 && x.is_contiguous(), "fast experts expect contiguous F32 x [T, H]");
   MOE_CHECK(out.shape() == x.shape() && out.dtype() == DType::F32 && out.is_contiguous(),
             "fast experts' output {} does not match x {}", out.shape_string(), x.shape_string());
@@ -147,7 +163,7 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
     for (int64_t i = 0; i < s.count; ++i)
       MOE_CHECK(s.token[i] >= 0 && s.token[i] < T, "expert row {} names token {} of {}", i, s.token[i], T);
   }
-  const KernelTable& kernels = isa == Isa::avx512 ? avx512_kernels() : avx2_kernels();
+  const KernelTable& kernels = isa == Isa::avx512 ? avx512_kernels(prefetch) : avx2_kernels();
   ThreadPool& pool = ThreadPool::global();
   const int n_threads = pool.size();
   const bool bf16 = format == WeightFormat::bf16;
@@ -207,8 +223,8 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
         const PackedExpert& e = *s.expert;
         const int64_t b = items[it].block;
         // An item of several panels: its last panel, if it is a later one, streams this thread's next block
-        // into L2 while it computes from cache (NextBlock), so that the first panel of the next item finds
-        // its block there and DRAM does not wait on the math.
+        // into L2 while it computes from cache (NextBlock; with software prefetch only), so that the first
+        // panel of the next item finds its block there and DRAM does not wait on the math.
         // NOTE: measured on a Zen 4 VM (bench/RESULTS.md, 13th session): Qwen3 T=128 (8 tokens an expert, 6 + 2
         // panels) 4.5-16% faster in three alternated runs; Mixtral T=32 unchanged (its 512 KiB blocks, two of
         // which fill the core's L2), though its gate/up pass alone gained ~8% in a micro-benchmark.

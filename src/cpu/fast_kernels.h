@@ -46,7 +46,8 @@ inline constexpr int kMaxPanel = 6;
 // The block a gate/up call streams into L2 while it computes, instead of reading its own block ahead: the
 // next work item's, given to a later panel of an item (its own block is in cache, the first panel fetched
 // it), so that DRAM keeps streaming while the later panels compute. Panels of at most
-// kMaxNextBlockPanel tokens take it (the AVX-512 intrinsics loop); the others ignore it.
+// kMaxNextBlockPanel tokens take it (the AVX-512 intrinsics loop) with software prefetch (StreamPrefetch);
+// the others ignore it.
 inline constexpr int kMaxNextBlockPanel = 4;
 struct NextBlock {
   const void* data = nullptr;  // null: none
@@ -102,7 +103,7 @@ struct KernelTable {
   void (*down_int8)(const DownInt8Args&);
 };
 
-const KernelTable& avx512_kernels();
+const KernelTable& avx512_kernels(StreamPrefetch prefetch);
 const KernelTable& avx2_kernels();
 
 // Scalar silu(g) * u in fp32, as the fallback epilogues use it.

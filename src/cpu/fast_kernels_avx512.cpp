@@ -74,9 +74,11 @@ struct DotAsmArgs {
 };
 // Token n of the panel: its pointer's register and its 4 accumulators' numbers.
 #define MOE_ASM_TOKEN(ptr, accumulators) "moe_token " ptr ", " accumulators "\n\t"
-// bf16 panels also prefetch kFarPrefetchBytes ahead into L2 (int8 panels of 5-6 keep 4 KiB only).
+// With software prefetch: kPrefetchBytes ahead into L1, and for bf16 also kFarPrefetchBytes ahead into L2
+// (int8 panels of 5-6 keep 4 KiB only).
+#define MOE_ASM_NEAR_PREFETCH ".irp l, 0, 1, 2, 3\n\tprefetcht0 4096+64*\\l(%%rax)\n\t.endr\n\t"
 #define MOE_ASM_FAR_PREFETCH ".irp l, 0, 1, 2, 3\n\tprefetcht1 16384+64*\\l(%%rax)\n\t.endr\n\t"
-#define MOE_ASM_LOOP(OP, FAR_PREFETCH, TOKENS, ACCUMULATORS, out)                                          \
+#define MOE_ASM_LOOP(OP, PREFETCH, TOKENS, ACCUMULATORS, out)                                          \
   asm volatile(                                                                                          \
       ".macro moe_token ptr, a0, a1, a2, a3\n\t"                                                         \
       "vpbroadcastd (\\ptr,%%rdx,4), %%zmm28\n\t"                                                        \
@@ -91,7 +93,7 @@ struct DotAsmArgs {
       "mov 40(%[a]), %%r11\n\tmov 48(%[a]), %%r12\n\tmov 56(%[a]), %%r13\n\t"                            \
       "xor %%edx, %%edx\n\ttest %%rcx, %%rcx\n\tjz 2f\n\t"                                               \
       "1:\n\t"                                                                                           \
-      ".irp l, 0, 1, 2, 3\n\tprefetcht0 4096+64*\\l(%%rax)\n\t.endr\n\t" FAR_PREFETCH                    \
+      PREFETCH                                                                                           \
       "vmovdqu64 0(%%rax), %%zmm24\n\tvmovdqu64 64(%%rax), %%zmm25\n\t"                                  \
       "vmovdqu64 128(%%rax), %%zmm26\n\tvmovdqu64 192(%%rax), %%zmm27\n\t" TOKENS                        \
       "add $256, %%rax\n\tinc %%rdx\n\tcmp %%rcx, %%rdx\n\tjne 1b\n\t"                                   \
@@ -111,20 +113,28 @@ struct DotAsmArgs {
 #define MOE_ASM_ACCUMULATORS_5 "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19"
 #define MOE_ASM_ACCUMULATORS_6 MOE_ASM_ACCUMULATORS_5 ", 20, 21, 22, 23"
 
-template <int N, bool kBf16>
+template <int N, bool kBf16, bool kSoftwarePrefetch>
 [[gnu::always_inline]] inline void dot_asm(__m512i (&acc)[kTiles][N], const DotAsmArgs& a) {
   static_assert(N == 5 || N == 6, "the asm k-loop takes panels of 5 or 6 tokens");
   static_assert(kPrefetchBytes == 4096 && kFarPrefetchBytes == 16384, "the asm k-loop's prefetch distances");
   __m512i token_major[N][kTiles];
-  if constexpr (kBf16 && N == 5) {
-    MOE_ASM_LOOP("vdpbf16ps", MOE_ASM_FAR_PREFETCH, MOE_ASM_TOKENS_5, MOE_ASM_ACCUMULATORS_5, token_major);
-  } else if constexpr (kBf16) {
-    MOE_ASM_LOOP("vdpbf16ps", MOE_ASM_FAR_PREFETCH, MOE_ASM_TOKENS_6, MOE_ASM_ACCUMULATORS_6, token_major);
-  } else if constexpr (N == 5) {
-    MOE_ASM_LOOP("vpdpbusd", "", MOE_ASM_TOKENS_5, MOE_ASM_ACCUMULATORS_5, token_major);
-  } else {
-    MOE_ASM_LOOP("vpdpbusd", "", MOE_ASM_TOKENS_6, MOE_ASM_ACCUMULATORS_6, token_major);
+  // The loop for this N with a given dot instruction and prefetch.
+#define MOE_ASM_PANEL(OP, PREFETCH)                                                           \
+  if constexpr (N == 5) {                                                                     \
+    MOE_ASM_LOOP(OP, PREFETCH, MOE_ASM_TOKENS_5, MOE_ASM_ACCUMULATORS_5, token_major);        \
+  } else {                                                                                    \
+    MOE_ASM_LOOP(OP, PREFETCH, MOE_ASM_TOKENS_6, MOE_ASM_ACCUMULATORS_6, token_major);        \
   }
+  if constexpr (kBf16 && kSoftwarePrefetch) {
+    MOE_ASM_PANEL("vdpbf16ps", MOE_ASM_NEAR_PREFETCH MOE_ASM_FAR_PREFETCH)
+  } else if constexpr (kBf16) {
+    MOE_ASM_PANEL("vdpbf16ps", "")
+  } else if constexpr (kSoftwarePrefetch) {
+    MOE_ASM_PANEL("vpdpbusd", MOE_ASM_NEAR_PREFETCH)
+  } else {
+    MOE_ASM_PANEL("vpdpbusd", "")
+  }
+#undef MOE_ASM_PANEL
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n)
 #pragma GCC unroll 4
@@ -136,17 +146,19 @@ template <int N, bool kBf16>
 #undef MOE_ASM_TOKENS_5
 #undef MOE_ASM_LOOP
 #undef MOE_ASM_FAR_PREFETCH
+#undef MOE_ASM_NEAR_PREFETCH
 #undef MOE_ASM_TOKEN
 
-// acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs (bf16) or quads (int8); panels of 2-4
-// tokens given a next block (NextBlock) fetch it into L2 in place of their own stream's far prefetch.
-template <int N, bool kBf16, class W>
+// acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs (bf16) or quads (int8). With software
+// prefetch (StreamPrefetch), panels of 2-4 tokens given a next block (NextBlock) fetch it into L2 in place
+// of their own stream's far prefetch; without, panels of several tokens issue no prefetches at all.
+template <int N, bool kBf16, bool kSoftwarePrefetch, class W>
 [[gnu::always_inline]] inline void dot_block(const W* w, int64_t k_steps, const uint32_t* const* x_in,
                                              __m512i (&acc)[kTiles][N], NextBlock next = {}) {
   if constexpr (N >= 5) {
     DotAsmArgs args{.w = w, .steps = k_steps, .x = {}};
     for (int n = 0; n < N; ++n) args.x[n] = x_in[n];
-    dot_asm<N, kBf16>(acc, args);
+    dot_asm<N, kBf16, kSoftwarePrefetch>(acc, args);
   } else {
     const uint32_t* x[N];
 #pragma GCC unroll 8
@@ -158,7 +170,7 @@ template <int N, bool kBf16, class W>
     const char* stream = reinterpret_cast<const char*>(w);
     // The next block's lines, spread evenly over the k-steps: after step p, (p + 1) * next_lines / k_steps of
     // them are fetched, counted without a division (credit gains next_lines a step, a line costs k_steps).
-    const char* next_data = static_cast<const char*>(next.data);
+    const char* next_data = kSoftwarePrefetch ? static_cast<const char*>(next.data) : nullptr;
     const int64_t next_lines = next_data != nullptr ? (next.bytes + 63) / 64 : 0;
     const char* next_fetch = next_data;
     int64_t next_credit = 0;
@@ -167,9 +179,10 @@ template <int N, bool kBf16, class W>
         for (next_credit += next_lines; next_credit >= k_steps; next_credit -= k_steps, next_fetch += 64)
           _mm_prefetch(next_fetch, _MM_HINT_T1);
       }
-      {
+      if (N == 1 || kSoftwarePrefetch) {
         // NOTE: weights come from DRAM once per forward (decode) or once per block (prefill, while the
-        // panel computes): fetching them ahead overlaps the stream with the math (1.3-1.5x at T = 32-128).
+        // panel computes): fetching them ahead overlaps the stream with the math (1.3-1.5x at T = 32-128 on
+        // the Xeon VM of sessions 3-11; on Zen 4 the hardware prefetcher does it better for several tokens).
 #pragma GCC unroll 4
         for (int line = 0; line < 4; ++line)
           _mm_prefetch(stream + (N == 1 ? kDecodePrefetchBytes : kPrefetchBytes) + 64 * line, _MM_HINT_T0);
@@ -211,10 +224,10 @@ inline void add_scaled_rows(float* out, const __m512 (&v)[kTiles], float weight,
   }
 }
 
-template <int N>
+template <int N, bool P>
 void gate_up_bf16(const GateUpBf16Args& a) {
   __m512i acc[kTiles][N];
-  dot_block<N, true>(a.w, a.k_pairs, a.x, acc, a.next);
+  dot_block<N, true, P>(a.w, a.k_pairs, a.x, acc, a.next);
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) {
     const __m512 h0 = silu_mul_ps(_mm512_castsi512_ps(acc[0][n]), _mm512_castsi512_ps(acc[2][n]));
@@ -223,10 +236,10 @@ void gate_up_bf16(const GateUpBf16Args& a) {
   }
 }
 
-template <int N>
+template <int N, bool P>
 void down_bf16(const DownBf16Args& a) {
   __m512i acc[kTiles][N];
-  dot_block<N, true>(a.w, a.k_pairs, a.x, acc);
+  dot_block<N, true, P>(a.w, a.k_pairs, a.x, acc);
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) {
     const __m512 v[kTiles] = {_mm512_castsi512_ps(acc[0][n]), _mm512_castsi512_ps(acc[1][n]),
@@ -242,10 +255,10 @@ inline __m512 dequant(__m512i acc, const float* w_scale, const int32_t* w_comp, 
                        _mm512_mul_ps(_mm512_loadu_ps(w_scale + 16 * r), _mm512_set1_ps(x_scale)));
 }
 
-template <int N>
+template <int N, bool P>
 void gate_up_int8(const GateUpInt8Args& a) {
   __m512i acc[kTiles][N];
-  dot_block<N, false>(a.w, a.k_quads, a.x, acc, a.next);
+  dot_block<N, false, P>(a.w, a.k_quads, a.x, acc, a.next);
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) {
     __m512 v[kTiles];
@@ -256,10 +269,10 @@ void gate_up_int8(const GateUpInt8Args& a) {
   }
 }
 
-template <int N>
+template <int N, bool P>
 void down_int8(const DownInt8Args& a) {
   __m512i acc[kTiles][N];
-  dot_block<N, false>(a.w, a.k_quads, a.x, acc);
+  dot_block<N, false, P>(a.w, a.k_quads, a.x, acc);
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) {
     __m512 v[kTiles];
@@ -270,33 +283,38 @@ void down_int8(const DownInt8Args& a) {
 }
 
 // One switch turns the panel size into the template parameter.
-template <template <int> class K, class Args>
+template <template <int, bool> class K, bool P, class Args>
 void by_panel(const Args& a) {
   switch (a.n) {
-    case 1: return K<1>::run(a);
-    case 2: return K<2>::run(a);
-    case 3: return K<3>::run(a);
-    case 4: return K<4>::run(a);
-    case 5: return K<5>::run(a);
-    default: return K<6>::run(a);
+    case 1: return K<1, P>::run(a);
+    case 2: return K<2, P>::run(a);
+    case 3: return K<3, P>::run(a);
+    case 4: return K<4, P>::run(a);
+    case 5: return K<5, P>::run(a);
+    default: return K<6, P>::run(a);
   }
 }
-template <int N> struct GateUpBf16 { static void run(const GateUpBf16Args& a) { gate_up_bf16<N>(a); } };
-template <int N> struct DownBf16 { static void run(const DownBf16Args& a) { down_bf16<N>(a); } };
-template <int N> struct GateUpInt8 { static void run(const GateUpInt8Args& a) { gate_up_int8<N>(a); } };
-template <int N> struct DownInt8 { static void run(const DownInt8Args& a) { down_int8<N>(a); } };
+template <int N, bool P> struct GateUpBf16 { static void run(const GateUpBf16Args& a) { gate_up_bf16<N, P>(a); } };
+template <int N, bool P> struct DownBf16 { static void run(const DownBf16Args& a) { down_bf16<N, P>(a); } };
+template <int N, bool P> struct GateUpInt8 { static void run(const GateUpInt8Args& a) { gate_up_int8<N, P>(a); } };
+template <int N, bool P> struct DownInt8 { static void run(const DownInt8Args& a) { down_int8<N, P>(a); } };
+
+template <bool kSoftwarePrefetch>
+const KernelTable& kernels() {
+  static const KernelTable table{
+      .panel = kMaxPanel,
+      .gate_up_bf16 = &by_panel<GateUpBf16, kSoftwarePrefetch, GateUpBf16Args>,
+      .down_bf16 = &by_panel<DownBf16, kSoftwarePrefetch, DownBf16Args>,
+      .gate_up_int8 = &by_panel<GateUpInt8, kSoftwarePrefetch, GateUpInt8Args>,
+      .down_int8 = &by_panel<DownInt8, kSoftwarePrefetch, DownInt8Args>,
+  };
+  return table;
+}
 
 }  // namespace
 
-const KernelTable& avx512_kernels() {
-  static const KernelTable table{
-      .panel = kMaxPanel,
-      .gate_up_bf16 = &by_panel<GateUpBf16, GateUpBf16Args>,
-      .down_bf16 = &by_panel<DownBf16, DownBf16Args>,
-      .gate_up_int8 = &by_panel<GateUpInt8, GateUpInt8Args>,
-      .down_int8 = &by_panel<DownInt8, DownInt8Args>,
-  };
-  return table;
+const KernelTable& avx512_kernels(StreamPrefetch prefetch) {
+  return prefetch == StreamPrefetch::software ? kernels<true>() : kernels<false>();
 }
 
 }  // namespace moe::cpu

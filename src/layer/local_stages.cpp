@@ -59,7 +59,8 @@ class CpuReferenceExperts final : public Experts {
 class CpuFastExperts final : public FusedExperts {
  public:
   CpuFastExperts(std::span<const SwigluWeights> weights, cpu::WeightFormat format, int expert_begin)
-      : packed_(cpu::pack_experts(weights, format)), expert_begin_(expert_begin), isa_(cpu::detect_isa()) {}
+      : packed_(cpu::pack_experts(weights, format)), expert_begin_(expert_begin), isa_(cpu::detect_isa()),
+        prefetch_(cpu::detect_stream_prefetch()) {}
 
   void run(const Tensor& x, const ExpertBatch& batch, Tensor& out) override {
     const int64_t n_rows = batch.row_token.size(0), n_pairs = batch.pair_rows.numel();
@@ -88,13 +89,14 @@ class CpuFastExperts final : public FusedExperts {
                           .weight = row_weight.data() + offset[e],
                           .count = count[e]});
     }
-    cpu::fused_swiglu_experts(segments, x, out, isa_);
+    cpu::fused_swiglu_experts(segments, x, out, isa_, prefetch_);
   }
 
  private:
   std::vector<cpu::PackedExpertPtr> packed_;
   int expert_begin_;
   cpu::Isa isa_;
+  cpu::StreamPrefetch prefetch_;
 };
 
 class LocalFinalize final : public Finalize {

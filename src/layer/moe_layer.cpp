@@ -52,6 +52,7 @@ MoeLayer::MoeLayer(MoeConfig config, MoeWeights weights, LayerOptions options)
     return;
   }
   isa_ = cpu::detect_isa();
+  prefetch_ = cpu::detect_stream_prefetch();
   fused_ = make_cpu_fast_experts(weights_.experts, options_.cpu_weights);
   if (config_.shared != SharedExpertKind::none) shared_packed_ = cpu::pack_expert(weights_.shared, options_.cpu_weights);
   // NOTE: the packed copies are all the fast path reads; dropping the views frees converted or random weights.
@@ -108,7 +109,7 @@ LayerOutput MoeLayer::forward(const Tensor& input) {
         gate[t] = static_cast<float>(1.0 / (1.0 + std::exp(-double{gate_logit.data_as<float>()[t]})));
     }
     const cpu::ExpertRows shared{.expert = shared_packed_.get(), .token = tokens.data(), .weight = gate.data(), .count = T};
-    cpu::fused_swiglu_experts({&shared, 1}, x, out.hidden_states, isa_);
+    cpu::fused_swiglu_experts({&shared, 1}, x, out.hidden_states, isa_, prefetch_);
   } else {
     add_shared_experts_reference(config_, weights_, x, out.hidden_states);
   }

@@ -59,10 +59,20 @@ double normwise_error(const Tensor& got, const Tensor& want, double norm_floor =
   return std::sqrt(diff / std::max(norm, norm_floor * norm_floor));
 }
 
-std::vector<Isa> isas() {
-  std::vector<Isa> out = {Isa::avx2};
+// The kernels a CPU runs: AVX2, and where the CPU has it AVX-512 with either stream prefetch.
+struct KernelPath {
+  Isa isa;
+  StreamPrefetch prefetch;
+  std::string name() const {
+    return std::string(isa_name(isa)) + (isa == Isa::avx512 ? " " + std::string(stream_prefetch_name(prefetch)) : "");
+  }
+};
+std::vector<KernelPath> kernel_paths() {
+  std::vector<KernelPath> out = {{Isa::avx2, StreamPrefetch::software}};
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni")) out.push_back(Isa::avx512);
+  if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni"))
+    for (StreamPrefetch prefetch : {StreamPrefetch::software, StreamPrefetch::hardware})
+      out.push_back({Isa::avx512, prefetch});
   return out;
 }
 
@@ -221,7 +231,8 @@ double normwise_error_beyond(const Tensor& got, const Tensor& want, const std::v
 }
 
 // Runs the fused stage with the given ISA on the batch's routing tables.
-Tensor fast_output(const Case& c, const ExpertBatch& batch, const std::vector<PackedExpertPtr>& packed, Isa isa) {
+Tensor fast_output(const Case& c, const ExpertBatch& batch, const std::vector<PackedExpertPtr>& packed,
+                   const KernelPath& path) {
   std::vector<float> row_weight(batch.row_token.size(0), 0.0f);
   for (int64_t i = 0; i < batch.pair_rows.numel(); ++i)
     if (batch.pair_rows.data_as<int32_t>()[i] >= 0)
@@ -233,11 +244,11 @@ Tensor fast_output(const Case& c, const ExpertBatch& batch, const std::vector<Pa
                         .weight = row_weight.data() + batch.expert_offsets.data_as<int64_t>()[e],
                         .count = batch.expert_counts.data_as<int64_t>()[e]});
   Tensor out = Tensor::zeros(DType::F32, {c.T, c.H});
-  fused_swiglu_experts(segments, c.x, out, isa);
+  fused_swiglu_experts(segments, c.x, out, path.isa, path.prefetch);
   return out;
 }
 
-// Checks the fast experts on both paradigms and ISAs; int8 returns the scheme's errors (against the
+// Checks the fast experts on both paradigms and every kernel path; int8 returns the scheme's errors (against the
 // unquantised reference) for the caller's median.
 std::vector<double> expect_close(const Case& c, WeightFormat format, const std::string& what) {
   const std::vector<PackedExpertPtr> packed = pack_experts(c.experts, format);
@@ -256,13 +267,13 @@ std::vector<double> expect_close(const Case& c, WeightFormat format, const std::
       scheme_errors.push_back(normwise_error(scheme, want, term_norm));
       EXPECT_LE(scheme_errors.back(), kInt8SchemeCaseTolerance) << where << ": the int8 scheme itself";
     }
-    for (Isa isa : isas()) {
-      const Tensor got = fast_output(c, *batch, packed, isa);
+    for (const KernelPath& path : kernel_paths()) {
+      const Tensor got = fast_output(c, *batch, packed, path);
       if (format == WeightFormat::bf16) {
-        EXPECT_LE(normwise_error(got, want, term_norm), kBf16Tolerance) << where << " " << isa_name(isa);
+        EXPECT_LE(normwise_error(got, want, term_norm), kBf16Tolerance) << where << " " << path.name();
       } else {
         EXPECT_LE(normwise_error_beyond(got, scheme, slack, term_norm), kInt8KernelTolerance)
-            << where << " " << isa_name(isa) << " against the same quantisation";
+            << where << " " << path.name() << " against the same quantisation";
       }
     }
   }
@@ -300,8 +311,8 @@ TEST(FastExperts, TinySizesRun) {
   const Case c = random_case(rng, 8, 2, 1, 3, 3, DType::F32);
   const ExpertBatch batch = permute_contiguous(c.x, c.topk, 3);
   for (WeightFormat format : {WeightFormat::bf16, WeightFormat::int8})
-    for (Isa isa : isas())
-      EXPECT_LE(normwise_error(fast_output(c, batch, pack_experts(c.experts, format), isa), reference_output(c, batch)),
+    for (const KernelPath& path : kernel_paths())
+      EXPECT_LE(normwise_error(fast_output(c, batch, pack_experts(c.experts, format), path), reference_output(c, batch)),
                 0.2);
 }
 
@@ -329,16 +340,16 @@ TEST(FastExperts, OutputIsAddedToAndIndependentOfThreadSplit) {
   const Case c = random_case(rng, 19, 128, 64, 6, 2, DType::BF16);
   const auto packed = pack_experts(c.experts, WeightFormat::bf16);
   const ExpertBatch batch = permute_contiguous(c.x, c.topk, 6);
-  for (Isa isa : isas()) {
-    const Tensor once = fast_output(c, batch, packed, isa);
-    const Tensor again = fast_output(c, batch, packed, isa);
-    EXPECT_EQ(0, std::memcmp(once.data(), again.data(), once.nbytes())) << "not deterministic on " << isa_name(isa);
+  for (const KernelPath& path : kernel_paths()) {
+    const Tensor once = fast_output(c, batch, packed, path);
+    const Tensor again = fast_output(c, batch, packed, path);
+    EXPECT_EQ(0, std::memcmp(once.data(), again.data(), once.nbytes())) << "not deterministic on " << path.name();
     // On one thread: a loop of the pool run from inside one of its own tasks runs serially on that thread.
     Tensor serial;
     ThreadPool::global().parallel_for(2, 1, [&](int64_t i, int64_t) {
-      if (i == 0) serial = fast_output(c, batch, packed, isa);
+      if (i == 0) serial = fast_output(c, batch, packed, path);
     });
-    EXPECT_EQ(0, std::memcmp(once.data(), serial.data(), once.nbytes())) << "one thread differs on " << isa_name(isa);
+    EXPECT_EQ(0, std::memcmp(once.data(), serial.data(), once.nbytes())) << "one thread differs on " << path.name();
   }
 }
 
@@ -359,6 +370,18 @@ TEST(FastExperts, IsaCanBeForcedByEnvironment) {
   setenv("MOE_CPU_ISA", "sse", 1);
   EXPECT_THROW(detect_isa(), Error);
   if (before) setenv("MOE_CPU_ISA", saved.c_str(), 1); else unsetenv("MOE_CPU_ISA");
+}
+
+TEST(FastExperts, StreamPrefetchCanBeForcedByEnvironment) {
+  const char* before = std::getenv("MOE_CPU_STREAM_PREFETCH");
+  const std::string saved = before ? before : "";
+  setenv("MOE_CPU_STREAM_PREFETCH", "hardware", 1);
+  EXPECT_EQ(detect_stream_prefetch(), StreamPrefetch::hardware);
+  setenv("MOE_CPU_STREAM_PREFETCH", "software", 1);
+  EXPECT_EQ(detect_stream_prefetch(), StreamPrefetch::software);
+  setenv("MOE_CPU_STREAM_PREFETCH", "auto", 1);
+  EXPECT_THROW(detect_stream_prefetch(), Error);
+  if (before) setenv("MOE_CPU_STREAM_PREFETCH", saved.c_str(), 1); else unsetenv("MOE_CPU_STREAM_PREFETCH");
 }
 
 TEST(FastRouter, EqualsTheReferenceRouter) {

@@ -28,6 +28,14 @@ enum class Isa : uint8_t {
 // The best ISA this CPU runs, unless MOE_CPU_ISA (avx2 | avx512) asks for another; asking for avx512 on a
 // CPU without it is an error.
 Isa detect_isa();
+// How the AVX-512 kernels keep a weight block streaming under a panel of several tokens: software prefetches
+// ahead of their loads (what the Xeon VM of sessions 3-11 needed), or none, leaving it to the hardware
+// prefetcher, which on AMD Zen 4 streams 7-12% faster than with them (bench/RESULTS.md, 13th session).
+// One-token panels prefetch either way; the AVX2 kernels ignore it.
+enum class StreamPrefetch : uint8_t { software, hardware };
+// hardware on AMD CPUs, software on others, unless MOE_CPU_STREAM_PREFETCH (software | hardware) asks.
+StreamPrefetch detect_stream_prefetch();
+std::string_view stream_prefetch_name(StreamPrefetch prefetch);
 // Whether this CPU runs the fast experts at all (AVX2 + FMA); callers fall back to the reference ops if not.
 bool fast_experts_available();
 std::string_view isa_name(Isa isa);
@@ -62,7 +70,8 @@ struct ExpertRows {
 
 // Runs the segments on x [T, H] F32 and adds into out [T, H] F32. Segments are added in their order for
 // each token. Every expert must have the hidden size H and one format.
-void fused_swiglu_experts(std::span<const ExpertRows> segments, const Tensor& x, Tensor& out, Isa isa);
+void fused_swiglu_experts(std::span<const ExpertRows> segments, const Tensor& x, Tensor& out, Isa isa,
+                          StreamPrefetch prefetch);
 
 // Router logits x · gate_weightᵀ with the reference's precision (fp64 accumulation, one rounding to fp32),
 // vectorised and blocked over tokens. x [T, H] F32, gate_weight [E, H] F32 or BF16 (contiguous) -> [T, E] F32.

@@ -66,6 +66,7 @@ class MoeLayer {
   cpu::PackedExpertPtr shared_packed_;
   Tensor router_f32_;
   cpu::Isa isa_ = cpu::Isa::avx2;
+  cpu::StreamPrefetch prefetch_ = cpu::StreamPrefetch::software;
 };
 
 }  // namespace moe
