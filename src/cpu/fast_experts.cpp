@@ -33,10 +33,6 @@ bool cpu_has_avx2() {
 // panels reuse it (Mixtral's I = 14336 would not).
 constexpr int64_t kDownChunkPairs = 4096;
 
-// How much of the next block a later panel streams into L2 (NextBlock): a quarter of a Zen 4 core's L2,
-// which also holds the block being computed (Mixtral's are 512 KiB).
-constexpr int64_t kNextBlockMaxBytes = 256 * 1024;
-
 // Splits [0, n) items with the given costs into chunks that `threads` threads claim in order (guided
 // self-scheduling): each chunk takes 1/(2·threads) of the cost still left, but at least 1/(32·threads) of
 // the total, so the first chunks are long weight streams and the last ones short enough that the threads
@@ -211,29 +207,15 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
     }
   }
   const std::vector<int64_t> chunks = guided_bounds(cost, n_threads);
-  auto block_of = [&](const Item& item) {
-    const PackedMatrix& m = segs[item.segment].expert->gate_up;
-    return NextBlock{.data = bf16 ? static_cast<const void*>(m.bf16_block(item.block)) : m.int8_block(item.block),
-                     .bytes = std::min<int64_t>(kBlockRows * m.k_pad * (bf16 ? 2 : 1), kNextBlockMaxBytes)};
-  };
   pool.parallel_for(static_cast<int64_t>(chunks.size()) - 1, 1, [&](int64_t chunk0, int64_t chunk1) {
     for (int64_t chunk = chunk0; chunk < chunk1; ++chunk)
       for (int64_t it = chunks[chunk]; it < chunks[chunk + 1]; ++it) {
         const ExpertRows& s = segs[items[it].segment];
         const PackedExpert& e = *s.expert;
         const int64_t b = items[it].block;
-        // An item of several panels: its last panel, if it is a later one, streams this thread's next block
-        // into L2 while it computes from cache (NextBlock; with software prefetch only), so that the first
-        // panel of the next item finds its block there and DRAM does not wait on the math.
-        // NOTE: measured on a Zen 4 VM (bench/RESULTS.md, 13th session): Qwen3 T=128 (8 tokens an expert, 6 + 2
-        // panels) 4.5-16% faster in three alternated runs; Mixtral T=32 unchanged (its 512 KiB blocks, two of
-        // which fill the core's L2), though its gate/up pass alone gained ~8% in a micro-benchmark.
-        const NextBlock next = it + 1 < chunks[chunk1] ? block_of(items[it + 1]) : NextBlock{};
         for_each_panel(s.count, kernels.panel, [&](int64_t begin, int n) {
-          const bool streams_next = begin > 0 && begin + n == s.count;
           if (bf16) {
-            GateUpBf16Args a{.w = e.gate_up.bf16_block(b), .k_pairs = Hp / 2, .x = {}, .act = {}, .n = n,
-                             .next = streams_next ? next : NextBlock{}};
+            GateUpBf16Args a{.w = e.gate_up.bf16_block(b), .k_pairs = Hp / 2, .x = {}, .act = {}, .n = n};
             for (int i = 0; i < n; ++i) {
               a.x[i] = x_row(s.token[begin + i]);
               a.act[i] = static_cast<uint16_t*>(act.data()) + act_offset[items[it].segment] +
@@ -243,8 +225,7 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
           } else {
             GateUpInt8Args a{.w = e.gate_up.int8_block(b), .k_quads = Hp / 4,
                              .w_scale = e.gate_up.scale.data() + b * kBlockRows,
-                             .w_comp = e.gate_up.comp.data() + b * kBlockRows, .x = {}, .x_scale = {}, .act = {}, .n = n,
-                             .next = streams_next ? next : NextBlock{}};
+                             .w_comp = e.gate_up.comp.data() + b * kBlockRows, .x = {}, .x_scale = {}, .act = {}, .n = n};
             for (int i = 0; i < n; ++i) {
               a.x[i] = x_row(s.token[begin + i]);
               a.x_scale[i] = x_scale[s.token[begin + i]];

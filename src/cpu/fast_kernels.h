@@ -43,24 +43,12 @@ struct PackedExpert {
 // One call runs one block of 64 weight rows against n <= kMaxPanel tokens.
 inline constexpr int kMaxPanel = 6;
 
-// The block a gate/up call streams into L2 while it computes, instead of reading its own block ahead: the
-// next work item's, given to a later panel of an item (its own block is in cache, the first panel fetched
-// it), so that DRAM keeps streaming while the later panels compute. Panels of at most
-// kMaxNextBlockPanel tokens take it (the AVX-512 intrinsics loop) with software prefetch (StreamPrefetch);
-// the others ignore it.
-inline constexpr int kMaxNextBlockPanel = 4;
-struct NextBlock {
-  const void* data = nullptr;  // null: none
-  int64_t bytes = 0;           // spread evenly over the call's k-steps, a cache line at a time
-};
-
 struct GateUpBf16Args {
   const uint16_t* w;         // the block
   int64_t k_pairs;
   const uint32_t* x[kMaxPanel];  // each token's bf16 pairs [k_pairs]
   uint16_t* act[kMaxPanel];      // each token's 32 bf16 outputs silu(gate) * up
   int n;
-  NextBlock next = {};
 };
 struct DownBf16Args {
   const uint16_t* w;  // the block, at pair p0 of a k chunk
@@ -80,7 +68,6 @@ struct GateUpInt8Args {
   float x_scale[kMaxPanel];
   float* act[kMaxPanel];  // each token's 32 fp32 outputs
   int n;
-  NextBlock next = {};
 };
 struct DownInt8Args {
   const int8_t* w;

@@ -149,12 +149,11 @@ template <int N, bool kBf16, bool kSoftwarePrefetch>
 #undef MOE_ASM_NEAR_PREFETCH
 #undef MOE_ASM_TOKEN
 
-// acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs (bf16) or quads (int8). With software
-// prefetch (StreamPrefetch), panels of 2-4 tokens given a next block (NextBlock) fetch it into L2 in place
-// of their own stream's far prefetch; without, panels of several tokens issue no prefetches at all.
+// acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs (bf16) or quads (int8). Without software
+// prefetch (StreamPrefetch), panels of several tokens issue no prefetches at all.
 template <int N, bool kBf16, bool kSoftwarePrefetch, class W>
 [[gnu::always_inline]] inline void dot_block(const W* w, int64_t k_steps, const uint32_t* const* x_in,
-                                             __m512i (&acc)[kTiles][N], NextBlock next = {}) {
+                                             __m512i (&acc)[kTiles][N]) {
   if constexpr (N >= 5) {
     DotAsmArgs args{.w = w, .steps = k_steps, .x = {}};
     for (int n = 0; n < N; ++n) args.x[n] = x_in[n];
@@ -168,25 +167,15 @@ template <int N, bool kBf16, bool kSoftwarePrefetch, class W>
 #pragma GCC unroll 8
       for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_si512();
     const char* stream = reinterpret_cast<const char*>(w);
-    // The next block's lines, spread evenly over the k-steps: after step p, (p + 1) * next_lines / k_steps of
-    // them are fetched, counted without a division (credit gains next_lines a step, a line costs k_steps).
-    const char* next_data = kSoftwarePrefetch ? static_cast<const char*>(next.data) : nullptr;
-    const int64_t next_lines = next_data != nullptr ? (next.bytes + 63) / 64 : 0;
-    const char* next_fetch = next_data;
-    int64_t next_credit = 0;
     for (int64_t p = 0; p < k_steps; ++p, stream += kBlockRows * 4) {
-      if constexpr (N > 1 && N <= kMaxNextBlockPanel) {
-        for (next_credit += next_lines; next_credit >= k_steps; next_credit -= k_steps, next_fetch += 64)
-          _mm_prefetch(next_fetch, _MM_HINT_T1);
-      }
-      if (N == 1 || kSoftwarePrefetch) {
+      if constexpr (N == 1 || kSoftwarePrefetch) {
         // NOTE: weights come from DRAM once per forward (decode) or once per block (prefill, while the
         // panel computes): fetching them ahead overlaps the stream with the math (1.3-1.5x at T = 32-128 on
         // the Xeon VM of sessions 3-11; on Zen 4 the hardware prefetcher does it better for several tokens).
 #pragma GCC unroll 4
         for (int line = 0; line < 4; ++line)
           _mm_prefetch(stream + (N == 1 ? kDecodePrefetchBytes : kPrefetchBytes) + 64 * line, _MM_HINT_T0);
-        if (N > 1 && next_lines == 0) {
+        if constexpr (N > 1) {
 #pragma GCC unroll 4
           for (int line = 0; line < 4; ++line) _mm_prefetch(stream + kFarPrefetchBytes + 64 * line, _MM_HINT_T1);
         }
@@ -227,7 +216,7 @@ inline void add_scaled_rows(float* out, const __m512 (&v)[kTiles], float weight,
 template <int N, bool P>
 void gate_up_bf16(const GateUpBf16Args& a) {
   __m512i acc[kTiles][N];
-  dot_block<N, true, P>(a.w, a.k_pairs, a.x, acc, a.next);
+  dot_block<N, true, P>(a.w, a.k_pairs, a.x, acc);
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) {
     const __m512 h0 = silu_mul_ps(_mm512_castsi512_ps(acc[0][n]), _mm512_castsi512_ps(acc[2][n]));
@@ -258,7 +247,7 @@ inline __m512 dequant(__m512i acc, const float* w_scale, const int32_t* w_comp, 
 template <int N, bool P>
 void gate_up_int8(const GateUpInt8Args& a) {
   __m512i acc[kTiles][N];
-  dot_block<N, false, P>(a.w, a.k_quads, a.x, acc, a.next);
+  dot_block<N, false, P>(a.w, a.k_quads, a.x, acc);
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) {
     __m512 v[kTiles];
