@@ -362,26 +362,43 @@ TEST(FastExperts, AliasedExpertsSharePackedWeights) {
   EXPECT_NE(packed[0].get(), packed[1].get());
 }
 
+// Sets an environment variable for one scope, then puts back what was there (or nothing).
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* name) : name_(name) {
+    const char* before = std::getenv(name);
+    if (before) saved_ = before;
+    had_ = before != nullptr;
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (had_) setenv(name_, saved_.c_str(), 1); else unsetenv(name_);
+  }
+  void set(const char* value) const { setenv(name_, value, 1); }
+
+ private:
+  const char* name_;
+  std::string saved_;
+  bool had_ = false;
+};
+
 TEST(FastExperts, IsaCanBeForcedByEnvironment) {
-  const char* before = std::getenv("MOE_CPU_ISA");
-  const std::string saved = before ? before : "";
-  setenv("MOE_CPU_ISA", "avx2", 1);
+  const ScopedEnv isa("MOE_CPU_ISA");
+  isa.set("avx2");
   EXPECT_EQ(detect_isa(), Isa::avx2);
-  setenv("MOE_CPU_ISA", "sse", 1);
+  isa.set("sse");
   EXPECT_THROW(detect_isa(), Error);
-  if (before) setenv("MOE_CPU_ISA", saved.c_str(), 1); else unsetenv("MOE_CPU_ISA");
 }
 
 TEST(FastExperts, StreamPrefetchCanBeForcedByEnvironment) {
-  const char* before = std::getenv("MOE_CPU_STREAM_PREFETCH");
-  const std::string saved = before ? before : "";
-  setenv("MOE_CPU_STREAM_PREFETCH", "hardware", 1);
+  const ScopedEnv prefetch("MOE_CPU_STREAM_PREFETCH");
+  prefetch.set("hardware");
   EXPECT_EQ(detect_stream_prefetch(), StreamPrefetch::hardware);
-  setenv("MOE_CPU_STREAM_PREFETCH", "software", 1);
+  prefetch.set("software");
   EXPECT_EQ(detect_stream_prefetch(), StreamPrefetch::software);
-  setenv("MOE_CPU_STREAM_PREFETCH", "auto", 1);
+  prefetch.set("auto");
   EXPECT_THROW(detect_stream_prefetch(), Error);
-  if (before) setenv("MOE_CPU_STREAM_PREFETCH", saved.c_str(), 1); else unsetenv("MOE_CPU_STREAM_PREFETCH");
 }
 
 TEST(FastRouter, EqualsTheReferenceRouter) {
