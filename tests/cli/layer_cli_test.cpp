@@ -27,6 +27,7 @@
 #include "moe/core/safetensors.h"
 #include "moe_reference_f64.h"
 #include "random_moe_case.h"
+#include "scoped_env.h"
 #include "temp_dir.h"
 #include "test_random.h"
 
@@ -604,16 +605,12 @@ TEST(LayerBadInput, BadPoolSettingsAreNamed) {
   for (const char* var : {"MOE_POOL_SPIN_US", "MOE_NUM_THREADS"}) {
     for (const char* value : {"abc", "-5", "12us", "0x10"}) {
       SCOPED_TRACE(std::string(var) + "=" + value);
-      ::setenv(var, value, 1);
-      const RunResult run = run_moe(dir, layer_args(dir));
-      ::unsetenv(var);
-      expect_user_error(run, {var});
+      const ScopedEnv setting(var, value);
+      expect_user_error(run_moe(dir, layer_args(dir)), {var});
     }
   }
-  ::setenv("MOE_NUM_THREADS", "0", 1);  // no threads at all
-  const RunResult run = run_moe(dir, layer_args(dir));
-  ::unsetenv("MOE_NUM_THREADS");
-  expect_user_error(run, {"MOE_NUM_THREADS", "1 to 4096"});
+  const ScopedEnv no_threads("MOE_NUM_THREADS", "0");
+  expect_user_error(run_moe(dir, layer_args(dir)), {"MOE_NUM_THREADS", "1 to 4096"});
 }
 
 // ---- the fast CPU experts (the default) ----------------------------------------------------------------

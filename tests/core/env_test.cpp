@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "moe/core/check.h"
+#include "scoped_env.h"
 
 namespace moe {
 namespace {
@@ -16,19 +17,13 @@ namespace {
 constexpr const char* kVar = "MOE_ENV_TEST_VALUE";
 
 std::optional<int64_t> read_with(const char* value) {
+  const test::ScopedEnv var(kVar);
   if (value == nullptr) {
-    ::unsetenv(kVar);
+    var.unset();
   } else {
-    ::setenv(kVar, value, 1);
+    var.set(value);
   }
-  try {
-    const auto got = env_integer(kVar, 0, 100, "the test's count");
-    ::unsetenv(kVar);
-    return got;
-  } catch (...) {
-    ::unsetenv(kVar);
-    throw;
-  }
+  return env_integer(kVar, 0, 100, "the test's count");
 }
 
 TEST(EnvInteger, UnsetOrEmptyIsNotGiven) {
@@ -58,14 +53,15 @@ TEST(EnvInteger, AnythingElseIsAnErrorNamingTheVariable) {
 }
 
 TEST(EnvOnOff, OnOffOrNotGiven) {
-  ::unsetenv(kVar);
+  const test::ScopedEnv var(kVar);
+  var.unset();
   EXPECT_EQ(env_on_off(kVar, "the test's switch"), std::nullopt);
   for (const auto& [value, want] : {std::pair{"on", true}, std::pair{"off", false}}) {
-    ::setenv(kVar, value, 1);
+    var.set(value);
     EXPECT_EQ(env_on_off(kVar, "the test's switch"), want) << value;
   }
   for (const char* value : {"1", "ON", "yes", "on "}) {
-    ::setenv(kVar, value, 1);
+    var.set(value);
     try {
       env_on_off(kVar, "the test's switch");
       ADD_FAILURE() << "expected moe::Error for " << value;
@@ -75,7 +71,24 @@ TEST(EnvOnOff, OnOffOrNotGiven) {
       EXPECT_NE(what.find("on or off"), std::string::npos) << what;
     }
   }
+}
+
+// The tests' own ScopedEnv (tests/support) puts back what it found: a value, or nothing.
+TEST(ScopedEnv, PutsBackTheOldValueOrNothing) {
+  ::setenv(kVar, "before", 1);
+  {
+    const test::ScopedEnv var(kVar, "inside");
+    EXPECT_STREQ(std::getenv(kVar), "inside");
+    var.unset();
+    EXPECT_EQ(std::getenv(kVar), nullptr);
+  }
+  EXPECT_STREQ(std::getenv(kVar), "before");
   ::unsetenv(kVar);
+  {
+    const test::ScopedEnv var(kVar, "inside");
+    EXPECT_STREQ(std::getenv(kVar), "inside");
+  }
+  EXPECT_EQ(std::getenv(kVar), nullptr);
 }
 
 }  // namespace

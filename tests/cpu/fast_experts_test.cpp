@@ -34,6 +34,7 @@
 #include "moe/cpu/ops.h"
 #include "moe/layer/modular.h"
 #include "median_check.h"
+#include "scoped_env.h"
 #include "test_random.h"
 
 namespace moe::cpu {
@@ -362,29 +363,8 @@ TEST(FastExperts, AliasedExpertsSharePackedWeights) {
   EXPECT_NE(packed[0].get(), packed[1].get());
 }
 
-// Sets an environment variable for one scope, then puts back what was there (or nothing).
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const char* name) : name_(name) {
-    const char* before = std::getenv(name);
-    if (before) saved_ = before;
-    had_ = before != nullptr;
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-  ~ScopedEnv() {
-    if (had_) setenv(name_, saved_.c_str(), 1); else unsetenv(name_);
-  }
-  void set(const char* value) const { setenv(name_, value, 1); }
-
- private:
-  const char* name_;
-  std::string saved_;
-  bool had_ = false;
-};
-
 TEST(FastExperts, IsaCanBeForcedByEnvironment) {
-  const ScopedEnv isa("MOE_CPU_ISA");
+  const test::ScopedEnv isa("MOE_CPU_ISA");
   isa.set("avx2");
   EXPECT_EQ(detect_isa(), Isa::avx2);
   isa.set("sse");
@@ -392,7 +372,7 @@ TEST(FastExperts, IsaCanBeForcedByEnvironment) {
 }
 
 TEST(FastExperts, StreamPrefetchCanBeForcedByEnvironment) {
-  const ScopedEnv prefetch("MOE_CPU_STREAM_PREFETCH");
+  const test::ScopedEnv prefetch("MOE_CPU_STREAM_PREFETCH");
   prefetch.set("hardware");
   EXPECT_EQ(detect_stream_prefetch(), StreamPrefetch::hardware);
   prefetch.set("software");

@@ -17,29 +17,16 @@
 #include "moe/cuda/moe_layer.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
+#include "scoped_env.h"
 #include "test_random.h"
 
 namespace moe::cuda {
 namespace {
 
 // MOE_DECODE_MAX_TOKENS for the scope of a test (the layer reads it when it is built).
-class DecodeLimit {
- public:
-  explicit DecodeLimit(int64_t tokens) {
-    const char* old = std::getenv("MOE_DECODE_MAX_TOKENS");
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv("MOE_DECODE_MAX_TOKENS", std::to_string(tokens).c_str(), 1);
-  }
-  ~DecodeLimit() {
-    if (had_) setenv("MOE_DECODE_MAX_TOKENS", old_.c_str(), 1);
-    else unsetenv("MOE_DECODE_MAX_TOKENS");
-  }
-
- private:
-  bool had_ = false;
-  std::string old_;
-};
+test::ScopedEnv decode_limit(int64_t tokens) {
+  return test::ScopedEnv("MOE_DECODE_MAX_TOKENS", std::to_string(tokens));
+}
 
 // Runs the CUDA layer (fused decode path) and the CPU layer on the same bf16 input and checks routing,
 // outputs (normwise relative error) and the load counters.
@@ -77,7 +64,7 @@ void expect_decode_matches_cpu(const MoeConfig& config, const MoeWeights& weight
 TEST(CudaDecode, EveryRoutingMethodMatchesTheCpuLayer) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
-  const DecodeLimit limit(8);
+  const test::ScopedEnv limit = decode_limit(8);
   // mixtral: softmax top-k; qwen2_moe: + sigmoid-gated shared expert; qwen3_moe: normalised top-k; olmoe;
   // deepseek_v2: group-limited greedy + shared; deepseek_v3: grouped sigmoid + bias (noaux_tc) + shared.
   for (const char* type : {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "topk_softmax"})
@@ -95,7 +82,7 @@ TEST(CudaDecode, EveryRoutingMethodMatchesTheCpuLayer) {
 TEST(CudaDecode, SegmentedRowsAndLargeRouters) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
-  const DecodeLimit limit(8);
+  const test::ScopedEnv limit = decode_limit(8);
   struct Case {
     const char* type;
     int64_t H, I;
@@ -113,7 +100,7 @@ TEST(CudaDecode, SegmentedRowsAndLargeRouters) {
 TEST(CudaDecode, GraphReplayOnNewInputs) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
-  const DecodeLimit limit(4);
+  const test::ScopedEnv limit = decode_limit(4);
   const MoeConfig config = parse_moe_config(test::cuda_case_config("deepseek_v3", 1024, 256, 64, 6));
   const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
   for (int64_t T : {1, 3}) {
@@ -128,7 +115,7 @@ TEST(CudaDecode, GraphReplayOnNewInputs) {
 TEST(CudaDecode, GridBarriersOrderThePhases) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
-  const DecodeLimit limit(2);
+  const test::ScopedEnv limit = decode_limit(2);
   const MoeConfig config = parse_moe_config(test::cuda_case_config("qwen3_moe", 512, 128, 32, 4));
   const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
   decode_trace(true);
@@ -155,7 +142,7 @@ TEST(CudaDecode, GridBarriersOrderThePhases) {
 // launch spends its time: per phase boundary, the median and the latest block, from the first entry.
 TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
   MOE_SKIP_WITHOUT_GPU();
-  const DecodeLimit limit(8);
+  const test::ScopedEnv limit = decode_limit(8);
   struct Shape {
     const char* name;
     const char* type;
