@@ -890,7 +890,8 @@ std::optional<EnvPair> env_pair(const char* name) {
 
 }  // namespace
 
-WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, int64_t k) {
+WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, int64_t k,
+                                 std::optional<bool> tuned_staged_epilogue) {
   // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29, wgmma iteration 2): half tiles took
   // DeepSeek-V3 T=1024 (32 rows per expert, nearly every tile a half tile) from 6.53 to 5.92 ms, but made
   // T=8192 (256 rows per expert, a fifth of the tiles half) 23% slower: blocks that finish half tiles early
@@ -922,7 +923,8 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, 
   // DeepSeek-V3 T=1024 and 2048 (7168 and 2048) -0.5 and -0.9%; Qwen3 T=1024 (gate/up K = 2048) +0.5%, so
   // not below kStagedMinHalfTileK. There the gain is the shallower pipeline, not the overlap: a test build
   // with 3 stages and the plain epilogue ran Mixtral T=128 in 756 us, with 2 stages 935 (4 stages: 816).
-  schedule.staged_epilogue = k <= kStagedMaxK || (small_experts && k >= kStagedMinHalfTileK);
+  schedule.staged_epilogue =
+      tuned_staged_epilogue.value_or(k <= kStagedMaxK || (small_experts && k >= kStagedMinHalfTileK));
   if (schedule.pairs) {
     const int pairs_per_expert = static_cast<int>(std::clamp<int64_t>(rows / (256 * n_experts), 1, 8));
     schedule.raster_rows = gate_up ? pairs_per_expert : std::max(4, pairs_per_expert);
@@ -963,12 +965,22 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, 
       env_on_off("MOE_WGMMA_CLAIM", "whether blocks claim work units from a queue or walk a fixed stride");
   static const std::optional<bool> pairs =
       env_on_off("MOE_WGMMA_PAIRS", "whether clusters of 2 blocks share weight tiles by TMA multicast");
-  static const std::optional<bool> staged = env_on_off(
-      "MOE_WGMMA_STAGED_EPILOGUE", "whether store warps write a unit's output while the next unit's k-loop runs");
+  // MOE_WGMMA_STAGED_EPILOGUE: on|off for both GEMMs, or <gate/up>,<down>.
+  static const std::pair<std::optional<bool>, std::optional<bool>> staged = [] {
+    const std::optional<EnvPair> v = env_pair("MOE_WGMMA_STAGED_EPILOGUE");
+    if (!v) return std::pair<std::optional<bool>, std::optional<bool>>{};
+    const auto on_off = [&](const std::string& x) {
+      MOE_CUDA_REQUIRE(x == "on" || x == "off", "MOE_WGMMA_STAGED_EPILOGUE (whether store warps write a unit's "
+                                                "output while the next unit's k-loop runs) must be on, off or "
+                                                "<gate/up>,<down> of those, not '" + v->text + "'");
+      return std::optional<bool>(x == "on");
+    };
+    return std::pair{on_off(v->first), on_off(v->second)};
+  }();
   schedule.half_tiles = half.value_or(schedule.half_tiles);
   schedule.claimed_units = claim.value_or(schedule.claimed_units);
   schedule.pairs = pairs.value_or(schedule.pairs);
-  schedule.staged_epilogue = staged.value_or(schedule.staged_epilogue);
+  schedule.staged_epilogue = (gate_up ? staged.first : staged.second).value_or(schedule.staged_epilogue);
   if (l2.first >= 0) {
     schedule.a_hint = static_cast<WgmmaSchedule::L2Hint>(l2.first);
     schedule.b_hint = static_cast<WgmmaSchedule::L2Hint>(l2.second);
@@ -985,10 +997,12 @@ void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaS
   launch_wgmma<false>(args, schedule, stream);
 }
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream) {
-  wgmma_grouped_gemm_swiglu(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts, true, args.k));
+  wgmma_grouped_gemm_swiglu(args, stream,
+                            wgmma_schedule_for(args.a_rows, args.n_experts, true, args.k, args.staged_epilogue));
 }
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
-  wgmma_grouped_gemm(args, stream, wgmma_schedule_for(args.a_rows, args.n_experts, false, args.k));
+  wgmma_grouped_gemm(args, stream,
+                     wgmma_schedule_for(args.a_rows, args.n_experts, false, args.k, args.staged_epilogue));
 }
 
 GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows, int64_t n_experts) {

@@ -8,6 +8,7 @@
 #include "moe/cuda/expert_upload.h"
 #include "moe/cuda/permute_workspace.h"
 #include "moe/cuda/router_gemm.h"
+#include "moe/cuda/tuned_tiles.h"
 #include "moe/core/float_convert.h"
 
 namespace moe::cuda {
@@ -104,9 +105,11 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   s.act = DeviceBuffer<bf16>(s.max_rows * s.I);
   s.rows_out = DeviceBuffer<bf16>(s.max_rows * H);
   // The wgmma kernel reads A through a tensor map, which cannot gather: it needs the rows gathered first.
-  // Rows per expert grow with T, so the largest batch decides whether any forward takes that path.
+  // Rows per expert grow with T, so the largest batch decides whether any forward takes that path by the
+  // policy; the tuned table may take it at any batch size.
   const double max_rows_per_expert = capacity < 0 ? double(max_pairs) / E : double(capacity);
-  if (grouped_gemm_kernel_for(grouped_gemm_tile_rows(max_rows_per_expert), E) == GroupedGemmKernel::wgmma)
+  if (grouped_gemm_kernel_for(grouped_gemm_tile_rows(max_rows_per_expert), E) == GroupedGemmKernel::wgmma ||
+      (capacity < 0 && tuned_tiles_use_wgmma(E, s.I, H, Tm)))
     s.gathered = DeviceBuffer<bf16>(s.max_rows * H);
   if (wgmma_grouped_gemm_available()) {
     s.wgmma_scheduler = DeviceBuffer<int32_t>(wgmma_scheduler_ints());
@@ -178,8 +181,9 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   const int64_t capacity = capacity_for(s.options, T, k, E);
   s.last_capacity = capacity;
   const int64_t rows = capacity < 0 ? T * k : E * capacity;
-  int tile_rows = grouped_gemm_tile_rows(capacity < 0 ? double(T * k) / E : double(capacity));
-  const bool wgmma = grouped_gemm_kernel_for(tile_rows, E) == GroupedGemmKernel::wgmma && s.gathered.size() > 0;
+  const RoutedGemmPlan plan = routed_gemm_plan(E, k, s.I, s.H, T, capacity);
+  int tile_rows = plan.tile_rows;
+  const bool wgmma = plan.kernel == GroupedGemmKernel::wgmma && s.gathered.size() > 0;
   if (wgmma) tile_rows = 128;  // the wgmma kernel's tile height
   const TileMap tiles =
       s.permute.tile_map(tile_rows, rows, wgmma ? wgmma_tall_rows() : 0, wgmma && wgmma_even_tiles(rows, E));
@@ -195,6 +199,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
                      .tall_rows = tiles.tall_rows};
   // Measured in the weight-stream tiles only (bench/RESULTS.md, 7th session, round 3).
   up.early_dependent_launch = tile_rows <= 32;
+  up.staged_epilogue = plan.staged_gate_up;
   if (wgmma) {
     gather_rows(x, pb.row_token, rows, s.H, s.gathered.get(), stream);
     up.a = s.gathered.get();
@@ -216,6 +221,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   down.a_rows = rows;
   down.tile_map_settled = true;  // the permute's, two launches back (the mma.sync kernel's prologue uses it)
   down.early_dependent_launch = false;  // unpermute or the shared GEMMs read its output
+  down.staged_epilogue = plan.staged_down;
   if (wgmma) {
     wgmma_grouped_gemm(down, stream);
   } else {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "moe/routing/router.h"
@@ -133,6 +134,9 @@ struct GroupedGemmArgs {
   // after its own grid wait instead of after its main loop, so that its blocks take the SMs this one's last
   // wave leaves and stream their first weight stages meanwhile.
   bool early_dependent_launch = false;
+  // The wgmma kernel's staged epilogue as tuned for this GEMM (tuned_tiles.h); unset: the policy's
+  // (wgmma_schedule_for). The environment's override still wins.
+  std::optional<bool> staged_epilogue;
 };
 
 // c[r, :] = silu(a_r · gateᵀ) ⊙ (a_r · upᵀ), b = [E, 2n, k] (rows 0..n-1 gate, n..2n-1 up).
@@ -181,9 +185,11 @@ bool wgmma_even_tiles(int64_t rows, int64_t n_experts);
 // reduction length k (half tiles only where nearly every tile is one; the staged epilogue at short k, and
 // at long k over experts of at most 64 rows); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N
 // or <gate/up N>,<down N>, MOE_WGMMA_L2=<A hint>,<B hint> (each normal, last or first),
-// MOE_WGMMA_CLAIM=on|off, MOE_WGMMA_PAIRS=on|off and MOE_WGMMA_STAGED_EPILOGUE=on|off in the environment
-// override it.
-WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, int64_t k);
+// MOE_WGMMA_CLAIM=on|off, MOE_WGMMA_PAIRS=on|off and MOE_WGMMA_STAGED_EPILOGUE=on|off or <gate/up>,<down>
+// in the environment override it. tuned_staged_epilogue (a tuned table's choice) replaces the policy's
+// staged epilogue, below the environment's override.
+WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, int64_t k,
+                                 std::optional<bool> tuned_staged_epilogue = std::nullopt);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaSchedule schedule);
