@@ -136,7 +136,7 @@ struct GroupedGemmArgs {
   bool early_dependent_launch = false;
   // The wgmma kernel's staged epilogue as tuned for this GEMM (tuned_tiles.h); unset: the policy's
   // (wgmma_schedule_for). The environment's override still wins.
-  std::optional<bool> staged_epilogue;
+  std::optional<bool> staged_epilogue = std::nullopt;
 };
 
 // c[r, :] = silu(a_r · gateᵀ) ⊙ (a_r · upᵀ), b = [E, 2n, k] (rows 0..n-1 gate, n..2n-1 up).

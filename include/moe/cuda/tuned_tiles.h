@@ -24,7 +24,7 @@ struct TunedTilesEntry {
 struct TunedTiles {
   int tile_rows = 0;
   GroupedGemmKernel kernel = GroupedGemmKernel::mma;
-  std::optional<bool> staged_gate_up, staged_down;  // wgmma only
+  std::optional<bool> staged_gate_up = std::nullopt, staged_down = std::nullopt;  // wgmma only
   bool operator==(const TunedTiles&) const = default;
 };
 using RoutedGemmPlan = TunedTiles;
