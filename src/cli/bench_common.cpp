@@ -111,6 +111,7 @@ nlohmann::json to_json(const BenchRow& r) {
                       {"copy_tbps", r.copy_tbps}};
   if (!r.peer.empty()) j["peer"] = {{"name", r.peer}, {"us", r.peer_us}};
   j["weights"] = r.weights;
+  if (!r.path.empty()) j["path"] = r.path;
   if (r.cpu) {
     const BenchRow::CpuDetails& c = *r.cpu;
     j.update({{"isa", c.isa},
@@ -145,6 +146,8 @@ void print_rows(const std::vector<BenchRow>& rows) {
   if (!rows[0].cpu) {
     fmt::print("ceilings measured in this run: matmul {:.0f} TFLOP/s, copy {:.2f} TB/s\n", rows[0].matmul_tflops,
                rows[0].copy_tbps);
+    for (const BenchRow& r : rows)
+      if (!r.path.empty()) fmt::print("  T={}: {}\n", r.tokens, r.path);
     return;
   }
   // NOTE: the CPU's ceilings are small numbers: GB/s and GFLOP/s, per row (each keeps the stricter floor).

@@ -132,6 +132,7 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
     row.experts_touched = touched / kInputs;
     row.matmul_tflops = matmul;
     row.copy_tbps = copy;
+    row.path = layer.describe_path(T);
     finish_row(row);
     rows.push_back(row);
   }

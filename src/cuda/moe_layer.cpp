@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "moe/cuda/device_buffer.h"
@@ -273,6 +274,21 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   unpermute(s.rows_out.get(), pb.pair_rows, pb.pair_weights, T, k, s.H,
             s.S > 0 ? s.shared_out.get() : nullptr, gated ? s.logits.get() + s.E : nullptr, logits_stride, out,
             stream);
+}
+
+std::string CudaMoeLayer::describe_path(int64_t n_tokens) const {
+  const State& s = *state_;
+  if (n_tokens <= s.decode_limit) return "fused decode kernel";
+  const int64_t capacity = capacity_for(s.options, n_tokens, static_cast<int>(s.k), static_cast<int>(s.E));
+  const int64_t rows = capacity < 0 ? n_tokens * s.k : s.E * capacity;
+  const RoutedGemmPlan plan = routed_gemm_plan(s.E, s.k, s.I, s.H, n_tokens, capacity);
+  const char* chooser = plan.tuned ? "tuned table" : "policy";
+  if (plan.kernel != GroupedGemmKernel::wgmma || s.gathered.size() == 0)
+    return "mma.sync grouped GEMMs, " + std::to_string(plan.tile_rows) + "-row tiles (" + chooser + ")";
+  const bool up = wgmma_schedule_for(rows, s.E, true, s.H, plan.staged_gate_up).staged_epilogue;
+  const bool down = wgmma_schedule_for(rows, s.E, false, s.I, plan.staged_down).staged_epilogue;
+  return std::string("wgmma grouped GEMMs, staged epilogue gate/up ") + (up ? "on" : "off") + ", down " +
+         (down ? "on" : "off") + " (" + chooser + ")";
 }
 
 DeviceLoadCounts CudaMoeLayer::read_counts(cudaStream_t stream) const {

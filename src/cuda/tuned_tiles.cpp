@@ -39,7 +39,8 @@ std::optional<TunedTiles> find_tuned_tiles(std::span<const TunedTilesEntry> tabl
   for (const TunedTilesEntry& e : table) {
     if (e.n_experts != n_experts || e.n != n || e.k != k || e.log2_tokens != log2_tokens) continue;
     TunedTiles t{.tile_rows = e.tile_rows,
-                 .kernel = e.tile_rows == 128 ? GroupedGemmKernel::wgmma : GroupedGemmKernel::mma};
+                 .kernel = e.tile_rows == 128 ? GroupedGemmKernel::wgmma : GroupedGemmKernel::mma,
+                 .tuned = true};
     if (t.kernel == GroupedGemmKernel::wgmma) {
       t.staged_gate_up = e.staged_gate_up == 1;
       t.staged_down = e.staged_down == 1;

@@ -3,6 +3,8 @@
 #include "moe/cuda/moe_layer.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "cuda_test_util.h"
 #include "graph_replay.h"
@@ -81,6 +83,27 @@ TEST(CudaMoeLayer, EveryTokenOnOneExpert) {
   test::expect_agreement(run_both(config, weights, x, {}), "all on expert 5");
   test::expect_agreement(run_both(config, weights, x, {.paradigm = Paradigm::padded, .capacity_factor = 1.0}),
                    "all on expert 5, padded");
+}
+
+// describe_path names what forward runs: the fused decode kernel for the smallest batches, else the grouped
+// GEMMs chosen by the policy (this shape is in no tuned table), with the kernel the policy names.
+TEST(CudaMoeLayer, DescribesItsPath) {
+  MOE_SKIP_WITHOUT_GPU();
+  if (std::getenv("MOE_DECODE_MAX_TOKENS") || std::getenv("MOE_TILE_ROWS") || std::getenv("MOE_GROUPED_GEMM"))
+    GTEST_SKIP() << "a path is forced in the environment";
+  test::TestRng rng;
+  const MoeConfig config = parse_moe_config(test::cuda_case_config("qwen3_moe", 128, 64, 16, 4));
+  const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16);
+  const CudaMoeLayer layer(config, weights, {.max_tokens = 4096});
+  EXPECT_EQ(layer.describe_path(1), "fused decode kernel");
+  EXPECT_EQ(layer.describe_path(16), "mma.sync grouped GEMMs, 16-row tiles (policy)");  // 4 rows an expert
+  const std::string prefill = layer.describe_path(4096);                               // 1024 rows an expert
+  if (wgmma_grouped_gemm_available()) {
+    EXPECT_EQ(prefill.rfind("wgmma grouped GEMMs, staged epilogue gate/up ", 0), 0u) << prefill;
+    EXPECT_NE(prefill.find("(policy)"), std::string::npos) << prefill;
+  } else {
+    EXPECT_EQ(prefill, "mma.sync grouped GEMMs, 128-row tiles (policy)");
+  }
 }
 
 TEST(CudaMoeLayer, PaddedParadigmBothPolicies) {

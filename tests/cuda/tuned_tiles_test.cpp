@@ -23,6 +23,7 @@ TEST(TunedTiles, FindsTheShapeAndTheTokenBucket) {
     EXPECT_EQ(got->tile_rows, 32);
     EXPECT_EQ(got->kernel, GroupedGemmKernel::mma);
     EXPECT_FALSE(got->staged_gate_up.has_value());
+    EXPECT_TRUE(got->tuned);
   }
   for (int64_t t : {1, 15, 32, 1023, 2048}) EXPECT_FALSE(find_tuned_tiles(table, 128, 768, 2048, t)) << t;
   const auto wide = find_tuned_tiles(table, 128, 768, 2048, 1500);
@@ -76,6 +77,7 @@ TEST(TunedTiles, LayerPlanTakesTheTableElseThePolicy) {
   EXPECT_EQ(plan.tile_rows, grouped_gemm_tile_rows(96.0 * 2 / 3));
   EXPECT_EQ(plan.kernel, grouped_gemm_kernel_for(plan.tile_rows, 3));
   EXPECT_FALSE(plan.staged_gate_up.has_value());
+  EXPECT_FALSE(plan.tuned);
 }
 
 // A tuned staged epilogue replaces the policy's, for the GEMM it is given to.

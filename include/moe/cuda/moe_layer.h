@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "moe/cuda/ops.h"
@@ -48,6 +49,10 @@ class CudaMoeLayer {
 
   // The counters of the last forward (synchronises `stream`).
   DeviceLoadCounts read_counts(cudaStream_t stream) const;
+
+  // What forward(n_tokens) runs, in words: the fused decode kernel, or the routed grouped GEMMs' kernel,
+  // tile height and staged epilogues, and whether the tuned table (tuned_tiles.h) or the policy chose them.
+  std::string describe_path(int64_t n_tokens) const;
 
   const MoeConfig& config() const;
   // Bytes of expert weights (routed and shared) on the device.

@@ -25,6 +25,7 @@ struct TunedTiles {
   int tile_rows = 0;
   GroupedGemmKernel kernel = GroupedGemmKernel::mma;
   std::optional<bool> staged_gate_up = std::nullopt, staged_down = std::nullopt;  // wgmma only
+  bool tuned = false;  // from a table (find_tuned_tiles), not the policy
   bool operator==(const TunedTiles&) const = default;
 };
 using RoutedGemmPlan = TunedTiles;
