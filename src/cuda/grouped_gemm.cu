@@ -313,10 +313,14 @@ void dispatch(const GroupedGemmArgs& g, int tile_rows, cudaStream_t stream) {
 
 }  // namespace
 
-int grouped_gemm_tile_rows(double rows_per_expert) {
+std::optional<int> forced_grouped_gemm_tile_rows() {
   static const int64_t forced = env_integer("MOE_TILE_ROWS", 0, 128, "the grouped GEMMs' tile rows (16, 32, 64 "
                                             "or 128; 0: by rows per expert)").value_or(0);
-  if (forced != 0) return static_cast<int>(forced);
+  return forced != 0 ? std::optional<int>(static_cast<int>(forced)) : std::nullopt;
+}
+
+int grouped_gemm_tile_rows(double rows_per_expert) {
+  if (const std::optional<int> forced = forced_grouped_gemm_tile_rows()) return *forced;
   // NOTE: from 8 rows per expert on, many experts get more than 16 (balanced routing is not even), and two
   // 16-row tiles stream an expert's weights twice: Mixtral T=64 (16 rows per expert) 840 us in 16-row
   // tiles, 721 in 32-row ones (bench/RESULTS.md, 7th session).

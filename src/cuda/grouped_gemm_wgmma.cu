@@ -1005,15 +1005,20 @@ void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
                      wgmma_schedule_for(args.a_rows, args.n_experts, false, args.k, args.staged_epilogue));
 }
 
-GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows, int64_t n_experts) {
-  static const int forced = [] {  // 0: policy, 1: mma, 2: wgmma
+std::optional<GroupedGemmKernel> forced_grouped_gemm_kernel() {
+  static const std::optional<GroupedGemmKernel> forced = []() -> std::optional<GroupedGemmKernel> {
     const char* v = std::getenv("MOE_GROUPED_GEMM");
-    if (v == nullptr || *v == '\0') return 0;
+    if (v == nullptr || *v == '\0') return std::nullopt;
     const std::string s(v);
     MOE_CUDA_REQUIRE(s == "mma" || s == "wgmma", "MOE_GROUPED_GEMM must be mma or wgmma, not '" + s + "'");
-    return s == "mma" ? 1 : 2;
+    return s == "mma" ? GroupedGemmKernel::mma : GroupedGemmKernel::wgmma;
   }();
-  if (forced == 1 || !wgmma_grouped_gemm_available()) return GroupedGemmKernel::mma;
+  return forced;
+}
+
+GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows, int64_t n_experts) {
+  if (forced_grouped_gemm_kernel() == GroupedGemmKernel::mma || !wgmma_grouped_gemm_available())
+    return GroupedGemmKernel::mma;
   // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): wgmma with 128-row tiles beats the mma.sync
   // kernels in both prefill buckets, also at 32 rows per expert (DeepSeek-V3 T=1024: 8.98 -> 6.15 ms) where
   // three quarters of each tile are masked rows; decode (16-row tiles) stays a weight stream on mma.sync.

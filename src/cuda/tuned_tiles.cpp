@@ -1,7 +1,6 @@
 #include "moe/cuda/tuned_tiles.h"
 
 #include <bit>
-#include <cstdlib>
 #include <vector>
 
 #include "moe/core/env.h"
@@ -23,8 +22,7 @@ bool table_enabled() {
   static const bool enabled =
       env_on_off("MOE_TUNED_TILES", "whether the layer takes the tuned grouped-GEMM table's tile choices")
           .value_or(true) &&
-      !env_integer("MOE_TILE_ROWS", 0, 128, "the grouped GEMMs' tile rows").has_value() &&
-      std::getenv("MOE_GROUPED_GEMM") == nullptr;
+      !forced_grouped_gemm_tile_rows() && !forced_grouped_gemm_kernel();
   return enabled;
 }
 

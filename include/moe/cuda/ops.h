@@ -146,6 +146,8 @@ void grouped_gemm(const GroupedGemmArgs& args, int tile_rows, cudaStream_t strea
 // The tile height for a batch of rows_per_expert rows per expert on average: 16, 32 (weight streams),
 // 64, 128 (prefill). MOE_TILE_ROWS forces one, to measure.
 int grouped_gemm_tile_rows(double rows_per_expert);
+// MOE_TILE_ROWS's tile height where it forces one (not unset, empty or 0).
+std::optional<int> forced_grouped_gemm_tile_rows();
 
 // ---- grouped_gemm_wgmma.cu -------------------------------------------------------------------------
 // Hopper (sm_90a) prefill grouped GEMMs: a persistent kernel, TMA loads, wgmma, a warp-specialised
@@ -205,6 +207,8 @@ void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_
 enum class GroupedGemmKernel { mma, wgmma };
 inline constexpr int64_t kWgmmaMinExpertsAt32 = 64;
 GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows, int64_t n_experts);
+// MOE_GROUPED_GEMM's kernel where it is set (mma or wgmma; checked), else nullopt.
+std::optional<GroupedGemmKernel> forced_grouped_gemm_kernel();
 
 // ---- unpermute.cu ----------------------------------------------------------------------------------
 // out[t] = sum_j pair_weights[t, j] * rows[pair_rows[t, j]] (+ shared_scale[t] * shared[t] when shared is

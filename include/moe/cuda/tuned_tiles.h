@@ -37,7 +37,7 @@ std::optional<TunedTiles> find_tuned_tiles(std::span<const TunedTilesEntry> tabl
                                            int64_t k, int64_t tokens);
 // The committed table's choice, or nullopt where it has none, where it wants the wgmma kernel and that is
 // unavailable, or where MOE_TUNED_TILES=off (to measure the policy, or to tune) or MOE_TILE_ROWS or
-// MOE_GROUPED_GEMM force a choice.
+// MOE_GROUPED_GEMM force a choice (MOE_TILE_ROWS=0 forces none).
 std::optional<TunedTiles> tuned_tiles(int64_t n_experts, int64_t n, int64_t k, int64_t tokens);
 // Whether tuned_tiles sends any batch of 1..max_tokens tokens of this shape to the wgmma kernel.
 bool tuned_tiles_use_wgmma(int64_t n_experts, int64_t n, int64_t k, int64_t max_tokens);
