@@ -20,6 +20,17 @@ int64_t capacity_for(const CudaLayerOptions& o, int64_t n_tokens, int top_k, int
   return o.paradigm == Paradigm::padded ? expert_capacity(o.capacity_factor, n_tokens, top_k, n_experts) : -1;
 }
 
+// What one forward of a batch runs past the router: forward runs it and describe_path names it, so the two
+// cannot drift apart.
+struct RoutedPath {
+  bool decode = false;    // the fused decode kernel runs the whole layer; nothing below applies
+  int64_t capacity = -1;  // per-expert rows in the padded paradigm, -1 in the contiguous one
+  int64_t rows = 0;       // rows of the grouped GEMMs
+  RoutedGemmPlan plan;    // tile height, kernel and staged epilogues asked for
+  bool wgmma = false;     // the wgmma kernels run (asked for, and the gathered buffer they read exists)
+  int tile_rows = 0;      // the tile height actually run (128 for wgmma)
+};
+
 }  // namespace
 
 struct CudaMoeLayer::State {
@@ -48,6 +59,20 @@ struct CudaMoeLayer::State {
   DeviceBuffer<bf16> decode_act;
   DeviceBuffer<unsigned> decode_barrier;
   DecodeScratch decode{};
+
+  RoutedPath path(int64_t n_tokens) const {
+    RoutedPath r;
+    r.decode = n_tokens <= decode_limit;
+    if (r.decode) return r;
+    r.capacity = capacity_for(options, n_tokens, static_cast<int>(k), static_cast<int>(E));
+    r.rows = r.capacity < 0 ? n_tokens * k : E * r.capacity;
+    r.plan = routed_gemm_plan(E, k, I, H, n_tokens, r.capacity);
+    // The wgmma kernel reads A through a tensor map, which cannot gather: without the gathered buffer
+    // (sized at construction) the mma.sync kernels run instead.
+    r.wgmma = r.plan.kernel == GroupedGemmKernel::wgmma && gathered.size() > 0;
+    r.tile_rows = r.wgmma ? 128 : r.plan.tile_rows;
+    return r;
+  }
 };
 
 CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, CudaLayerOptions options)
@@ -153,8 +178,10 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   if (T == 0) return;
   const int E = static_cast<int>(s.E), k = static_cast<int>(s.k);
 
+  const RoutedPath path = s.path(T);
+
   // Decode batches: the whole layer in one fused launch.
-  if (T <= s.decode_limit) {
+  if (path.decode) {
     const DecodeWeights weights{.gate = s.router.get(), .gate_rows = s.router_rows, .correction_bias = s.bias.get(),
                                 .w13 = s.w13.get(), .w2 = s.w2.get(), .intermediate = s.I,
                                 .shared_w13 = s.shared_w13.get(), .shared_w2 = s.shared_w2.get(),
@@ -179,13 +206,11 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   }
 
   // Permute into expert segments, with the tile map of the grouped GEMMs.
-  const int64_t capacity = capacity_for(s.options, T, k, E);
+  const int64_t capacity = path.capacity, rows = path.rows;
+  const int tile_rows = path.tile_rows;
+  const bool wgmma = path.wgmma;
+  const RoutedGemmPlan& plan = path.plan;
   s.last_capacity = capacity;
-  const int64_t rows = capacity < 0 ? T * k : E * capacity;
-  const RoutedGemmPlan plan = routed_gemm_plan(E, k, s.I, s.H, T, capacity);
-  int tile_rows = plan.tile_rows;
-  const bool wgmma = plan.kernel == GroupedGemmKernel::wgmma && s.gathered.size() > 0;
-  if (wgmma) tile_rows = 128;  // the wgmma kernel's tile height
   const TileMap tiles =
       s.permute.tile_map(tile_rows, rows, wgmma ? wgmma_tall_rows() : 0, wgmma && wgmma_even_tiles(rows, E));
   const PermuteBuffers& pb = s.permute.buffers();
@@ -278,15 +303,13 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
 
 std::string CudaMoeLayer::describe_path(int64_t n_tokens) const {
   const State& s = *state_;
-  if (n_tokens <= s.decode_limit) return "fused decode kernel";
-  const int64_t capacity = capacity_for(s.options, n_tokens, static_cast<int>(s.k), static_cast<int>(s.E));
-  const int64_t rows = capacity < 0 ? n_tokens * s.k : s.E * capacity;
-  const RoutedGemmPlan plan = routed_gemm_plan(s.E, s.k, s.I, s.H, n_tokens, capacity);
-  const char* chooser = plan.tuned ? "tuned table" : "policy";
-  if (plan.kernel != GroupedGemmKernel::wgmma || s.gathered.size() == 0)
-    return "mma.sync grouped GEMMs, " + std::to_string(plan.tile_rows) + "-row tiles (" + chooser + ")";
-  const bool up = wgmma_schedule_for(rows, s.E, true, s.H, plan.staged_gate_up).staged_epilogue;
-  const bool down = wgmma_schedule_for(rows, s.E, false, s.I, plan.staged_down).staged_epilogue;
+  const RoutedPath path = s.path(n_tokens);
+  if (path.decode) return "fused decode kernel";
+  const char* chooser = path.plan.tuned ? "tuned table" : "policy";
+  if (!path.wgmma)
+    return "mma.sync grouped GEMMs, " + std::to_string(path.tile_rows) + "-row tiles (" + chooser + ")";
+  const bool up = wgmma_schedule_for(path.rows, s.E, true, s.H, path.plan.staged_gate_up).staged_epilogue;
+  const bool down = wgmma_schedule_for(path.rows, s.E, false, s.I, path.plan.staged_down).staged_epilogue;
   return std::string("wgmma grouped GEMMs, staged epilogue gate/up ") + (up ? "on" : "off") + ", down " +
          (down ? "on" : "off") + " (" + chooser + ")";
 }
