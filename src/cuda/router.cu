@@ -52,7 +52,7 @@ static __global__ void router_topk_kernel(RouterParams p, float* __restrict__ lo
   select_topk(p, row, bias, choice, choice + p.n_experts, topk_ids + t * p.top_k, topk_weights + t * p.top_k);
 }
 
-// Small batches: logits and top-k in one launch. Block (g, b) computes the logits of gate rows
+// Small batches: logits and top-k in one launch. Block (g, b + 1) computes the logits of gate rows
 // [rows_per_block * b, rows_per_block * (b + 1)) for the tokens [8g, 8g + 8), the block's 8 warps split
 // evenly over its rows and each row's H (fp32, x read as bf16): each gate chunk is loaded once for the
 // block's 8 tokens and each x chunk once for its rows (through L1). The last block of a token group to
@@ -71,12 +71,31 @@ static __global__ void __launch_bounds__(kFusedThreads)
                         int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights) {
   extern __shared__ float shared[];  // per selecting warp: choice [E], score [E]
   __shared__ float partial[kFusedWarps][kTokensPerBlock];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // NOTE: the first row of blocks (dispatched first) only warms the selection's code. The selecting blocks
+  // run it once per forward, after the previous forward's weight stream has evicted it from L2: stamped in
+  // the graph, its cold run took 6.4 us against 2.0 us warm (Qwen3 T = 16, bench/RESULTS.md, 14th session).
+  // One warp selects from zeros at kernel entry, so that the code is in L2 when the selecting blocks get there.
+  // Measured: -0.5 to -1.2 us at Qwen3 T = 16 and 64, neutral at 32 and 128 (15th session): L2 is warmed, not
+  // the selecting SM's own instruction cache, which no other block can warm.
+  if (blockIdx.y == 0) {
+    if (blockIdx.x == 0 && warp == 0) {
+      __shared__ int32_t warm_ids[32];
+      __shared__ float warm_weights[32];
+      float* zeros = shared + 2 * p.n_experts;
+      for (int e = lane; e < p.n_experts; e += 32) zeros[e] = 0.0f;
+      __syncwarp();
+      select_topk(p, zeros, bias, shared, shared + p.n_experts, warm_ids, warm_weights);
+    }
+    return;
+  }
+  const int64_t row_block = int64_t{blockIdx.y} - 1, row_blocks = int64_t{gridDim.y} - 1;
   wait_for_prior_grids();  // x may come from the previous kernel
   allow_dependent_launch();
   const int64_t t0 = int64_t{blockIdx.x} * kTokensPerBlock;
   const int tokens = static_cast<int>(min(int64_t{kTokensPerBlock}, n_tokens - t0));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps_per_row = kFusedWarps / rows_per_block;
-  const int64_t row = int64_t{blockIdx.y} * rows_per_block + warp / warps_per_row;
+  const int warps_per_row = kFusedWarps / rows_per_block;
+  const int64_t row = row_block * rows_per_block + warp / warps_per_row;
   float sum[kTokensPerBlock] = {};
   if (row < gate_rows) {
     const bf16* xg = x + t0 * hidden;
@@ -108,7 +127,7 @@ static __global__ void __launch_bounds__(kFusedThreads)
   __syncthreads();
   if (threadIdx.x < rows_per_block * kTokensPerBlock) {
     const int local_row = threadIdx.x / kTokensPerBlock, t = threadIdx.x % kTokensPerBlock;
-    const int64_t r = int64_t{blockIdx.y} * rows_per_block + local_row;
+    const int64_t r = row_block * rows_per_block + local_row;
     float total = 0.0f;
     for (int w = 0; w < warps_per_row; ++w) total += partial[local_row * warps_per_row + w][t];
     if (r < gate_rows && t < tokens) logits[(t0 + t) * gate_rows + r] = total;
@@ -117,7 +136,7 @@ static __global__ void __launch_bounds__(kFusedThreads)
   __threadfence();
   __syncthreads();
   __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(&arrivals[blockIdx.x], 1u) == gridDim.y - 1;
+  if (threadIdx.x == 0) last = atomicAdd(&arrivals[blockIdx.x], 1u) == row_blocks - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
@@ -182,9 +201,12 @@ void router_fused(const routing::RouterConfig& c, const bf16* x, int64_t hidden,
                                                  "fused router (1, 2, 4 or 8; 0: by size)").value_or(0);
   const int rows_per_block = forced_rows > 0 ? static_cast<int>(forced_rows) : gate_rows >= 64 ? 2 : 1;
   MOE_CUDA_REQUIRE(kFusedWarps % rows_per_block == 0, "the fused router's rows per block must divide 8");
+  // One more row of blocks, before the gate's, warms the selection's code (see the kernel).
   const dim3 grid(static_cast<unsigned>((n_tokens + kTokensPerBlock - 1) / kTokensPerBlock),
-                  static_cast<unsigned>((gate_rows + rows_per_block - 1) / rows_per_block));
-  const size_t shared_bytes = size_t{kTokensPerBlock} * 2 * c.n_experts * sizeof(float);  // up to 64 KB
+                  static_cast<unsigned>((gate_rows + rows_per_block - 1) / rows_per_block + 1));
+  // Per selecting warp choice [E] and score [E] (the warming warp also its zeros [E]): up to 64 KB.
+  static_assert(kTokensPerBlock >= 2, "the warming warp's 3 E floats fit in the selecting warps' 2 E each");
+  const size_t shared_bytes = size_t{kTokensPerBlock} * 2 * c.n_experts * sizeof(float);
   raise_shared_memory_once<router_fused_kernel>(size_t{kTokensPerBlock} * 2 * 1024 * sizeof(float));  // E <= 1024
   launch_dependent(router_fused_kernel, grid, dim3(kFusedThreads), shared_bytes, stream, p, x, hidden, n_tokens, gate,
                    gate_rows, rows_per_block, correction_bias, logits, arrivals, topk_ids, topk_weights);
