@@ -252,13 +252,18 @@ static __global__ void __launch_bounds__(C::THREADS)
 // on short ones (Qwen3, K = 2048 and 768) its larger stages cost occupancy (40 -> 43 us), so BK = 64 stays
 // below K = 4096 and for inner sizes that are not multiples of 128 (at Qwen3 T = 16..128 too: k-steps of
 // 128 there, MOE_DECODE_WIDE_K=0, were 13-17 us slower, bench/RESULTS.md 7th session).
+// 32 weight rows a block measured best at Qwen3 T = 16..128: 64 and 128 (6 and 4 stages) were 5-14 us slower
+// (bench/RESULTS.md, 15th session), unlike the 32-row tiles below.
 using Decode16 = TileConfig<16, 32, 128, 1, 2, 6>;
 using Decode16Narrow = TileConfig<16, 32, 64, 1, 2, 6>;
 // 9-16 rows per expert on average (experts of up to 32): still a weight stream, each expert's rows in one
 // tile (two 16-row tiles would stream its weights twice).
 // NOTE: k-steps of 64 in 6 stages; k-steps of 128 in 4 stages (3 blocks an SM) took Mixtral T=64 from 713 to
-// 822-842 us.
-using Decode32 = TileConfig<32, 32, 64, 1, 2, 6>;
+// 822-842 us. 128 weight rows a block (4 warps side by side, 4 stages), not 32: each block reads its 32 token
+// rows from L2 once per 128 weight rows instead of once per 32, which at Mixtral's K = 4096 doubled the L2
+// traffic of the weight stream. Measured (bench/RESULTS.md, 15th session): Mixtral T=48 688 -> 674 us, T=64
+// 696 -> 678, and T=128 forced into these tiles 1,021 -> 813; 64 rows (2 warps, 6 stages) was slower (751).
+using Decode32 = TileConfig<32, 128, 64, 1, 4, 4>;
 using Mid64 = TileConfig<64, 128, 32, 2, 4, 4>;
 // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): 4 warps of 64x64 beat 8 warps of 32x64
 // (Mixtral T=8192: 306 vs 273 TFLOP/s), BK=64 with 3 stages (264), and 128x256 tiles (295).
