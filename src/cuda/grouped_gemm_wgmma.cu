@@ -1022,11 +1022,12 @@ GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows, int64_t n_experts) {
   // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): wgmma with 128-row tiles beats the mma.sync
   // kernels in both prefill buckets, also at 32 rows per expert (DeepSeek-V3 T=1024: 8.98 -> 6.15 ms) where
   // three quarters of each tile are masked rows; decode (16-row tiles) stays a weight stream on mma.sync.
-  // NOTE: at 9-16 rows an expert (32-row mma.sync tiles) wgmma measured faster where experts are many
-  // (bench/RESULTS.md, 9th session: DeepSeek-V3 T=512 5,941 -> 5,687 us, Qwen3 T=256 366 -> 359) and slower
-  // with Mixtral's 8 (T=64 711-725 -> 747 us).
-  if (tile_rows >= 64 || (tile_rows == 32 && n_experts >= kWgmmaMinExpertsAt32)) return GroupedGemmKernel::wgmma;
-  return GroupedGemmKernel::mma;
+  // NOTE: at 9-16 rows an expert, the 32-row mma.sync tiles over 128 weight rows (15th session) beat wgmma
+  // at every expert count measured (bench/RESULTS.md: DeepSeek-V3 T=512 5,689 -> 5,450 us, Qwen3 T=256
+  // 347 -> 331, OLMoE T=128 239 -> 229 against the 16-row tiles the tuned table had picked there); the old
+  // 32-row tiles had lost to wgmma where experts are many.
+  (void)n_experts;
+  return tile_rows >= 64 ? GroupedGemmKernel::wgmma : GroupedGemmKernel::mma;
 }
 
 void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_t cols, bf16* out,
