@@ -1016,7 +1016,7 @@ std::optional<GroupedGemmKernel> forced_grouped_gemm_kernel() {
   return forced;
 }
 
-GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows, int64_t n_experts) {
+GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows) {
   if (forced_grouped_gemm_kernel() == GroupedGemmKernel::mma || !wgmma_grouped_gemm_available())
     return GroupedGemmKernel::mma;
   // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): wgmma with 128-row tiles beats the mma.sync
@@ -1026,7 +1026,6 @@ GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows, int64_t n_experts) {
   // at every expert count measured (bench/RESULTS.md: DeepSeek-V3 T=512 5,689 -> 5,450 us, Qwen3 T=256
   // 347 -> 331, OLMoE T=128 239 -> 229 against the 16-row tiles the tuned table had picked there); the old
   // 32-row tiles had lost to wgmma where experts are many.
-  (void)n_experts;
   return tile_rows >= 64 ? GroupedGemmKernel::wgmma : GroupedGemmKernel::mma;
 }
 

@@ -134,7 +134,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   // Rows per expert grow with T, so the largest batch decides whether any forward takes that path by the
   // policy; the tuned table may take it at any batch size.
   const double max_rows_per_expert = capacity < 0 ? double(max_pairs) / E : double(capacity);
-  if (grouped_gemm_kernel_for(grouped_gemm_tile_rows(max_rows_per_expert), E) == GroupedGemmKernel::wgmma ||
+  if (grouped_gemm_kernel_for(grouped_gemm_tile_rows(max_rows_per_expert)) == GroupedGemmKernel::wgmma ||
       (capacity < 0 && tuned_tiles_use_wgmma(E, s.I, H, Tm)))
     s.gathered = DeviceBuffer<bf16>(s.max_rows * H);
   if (wgmma_grouped_gemm_available()) {
@@ -258,7 +258,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   if (s.S > 0) {
     int shared_rows = grouped_gemm_tile_rows(double(T));
     // The shared MLP's rows are contiguous already, so the wgmma kernel needs no gather there.
-    const bool shared_wgmma = grouped_gemm_kernel_for(shared_rows, 1) == GroupedGemmKernel::wgmma;
+    const bool shared_wgmma = grouped_gemm_kernel_for(shared_rows) == GroupedGemmKernel::wgmma;
     if (shared_wgmma) shared_rows = 128;
     const int shared_tall = shared_wgmma ? wgmma_tall_rows() : 0;
     const bool shared_even = shared_wgmma && wgmma_even_tiles(T, 1);

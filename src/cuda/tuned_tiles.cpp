@@ -69,7 +69,7 @@ RoutedGemmPlan routed_gemm_plan(int64_t n_experts, int64_t top_k, int64_t n, int
     if (const std::optional<TunedTiles> t = tuned_tiles(n_experts, n, k, tokens)) return *t;
   }
   const int tile_rows = grouped_gemm_tile_rows(capacity < 0 ? double(tokens * top_k) / n_experts : double(capacity));
-  return {.tile_rows = tile_rows, .kernel = grouped_gemm_kernel_for(tile_rows, n_experts)};
+  return {.tile_rows = tile_rows, .kernel = grouped_gemm_kernel_for(tile_rows)};
 }
 
 }  // namespace moe::cuda

@@ -232,12 +232,10 @@ TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
   }
   // wgmma from 64-row tiles; the 32-row mma.sync tiles (9-16 rows an expert) at any expert count.
   if (wgmma_grouped_gemm_available() && std::getenv("MOE_GROUPED_GEMM") == nullptr) {
-    EXPECT_EQ(grouped_gemm_kernel_for(32, 256), GroupedGemmKernel::mma);    // DeepSeek-V3 T=512
-    EXPECT_EQ(grouped_gemm_kernel_for(32, 128), GroupedGemmKernel::mma);    // Qwen3 T=256
-    EXPECT_EQ(grouped_gemm_kernel_for(32, 8), GroupedGemmKernel::mma);      // Mixtral T=64
-    EXPECT_EQ(grouped_gemm_kernel_for(16, 256), GroupedGemmKernel::mma);    // decode-sized batches
-    EXPECT_EQ(grouped_gemm_kernel_for(64, 1), GroupedGemmKernel::wgmma);
-    EXPECT_EQ(grouped_gemm_kernel_for(128, 8), GroupedGemmKernel::wgmma);
+    EXPECT_EQ(grouped_gemm_kernel_for(32), GroupedGemmKernel::mma);     // DeepSeek-V3 T=512, Qwen3 T=256, Mixtral T=64
+    EXPECT_EQ(grouped_gemm_kernel_for(16), GroupedGemmKernel::mma);     // decode-sized batches
+    EXPECT_EQ(grouped_gemm_kernel_for(64), GroupedGemmKernel::wgmma);
+    EXPECT_EQ(grouped_gemm_kernel_for(128), GroupedGemmKernel::wgmma);
   }
 }
 

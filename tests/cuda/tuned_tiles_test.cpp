@@ -75,7 +75,7 @@ TEST(TunedTiles, LayerPlanTakesTheTableElseThePolicy) {
   // A shape no table holds (E 3): the policy.
   const RoutedGemmPlan plan = routed_gemm_plan(3, 2, 192, 256, 96, -1);
   EXPECT_EQ(plan.tile_rows, grouped_gemm_tile_rows(96.0 * 2 / 3));
-  EXPECT_EQ(plan.kernel, grouped_gemm_kernel_for(plan.tile_rows, 3));
+  EXPECT_EQ(plan.kernel, grouped_gemm_kernel_for(plan.tile_rows));
   EXPECT_FALSE(plan.staged_gate_up.has_value());
   EXPECT_FALSE(plan.tuned);
 }

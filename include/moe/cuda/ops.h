@@ -200,11 +200,11 @@ void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaS
 void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_t cols, bf16* out,
                  cudaStream_t stream);
 
-// Which kernel the layer runs for a batch over n_experts whose mma.sync tile height would be tile_rows: wgmma
-// where it is available and tile_rows >= 64 (prefill), else mma.sync. MOE_GROUPED_GEMM=mma in the environment forces mma.sync (MOE_GROUPED_GEMM=wgmma keeps the
-// policy), for measuring both on one machine.
+// Which kernel the layer runs for a batch whose mma.sync tile height would be tile_rows: wgmma where it is
+// available and tile_rows >= 64 (prefill), else mma.sync, at any expert count. MOE_GROUPED_GEMM=mma in the
+// environment forces mma.sync (MOE_GROUPED_GEMM=wgmma keeps the policy), for measuring both on one machine.
 enum class GroupedGemmKernel { mma, wgmma };
-GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows, int64_t n_experts);
+GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows);
 // MOE_GROUPED_GEMM's kernel where it is set (mma or wgmma; checked), else nullopt.
 std::optional<GroupedGemmKernel> forced_grouped_gemm_kernel();
 
