@@ -252,7 +252,7 @@ static __global__ void __launch_bounds__(C::THREADS)
 // on short ones (Qwen3, K = 2048 and 768) its larger stages cost occupancy (40 -> 43 us), so BK = 64 stays
 // below K = 4096 and for inner sizes that are not multiples of 128 (at Qwen3 T = 16..128 too: k-steps of
 // 128 there, MOE_DECODE_WIDE_K=0, were 13-17 us slower, bench/RESULTS.md 7th session).
-// 32 weight rows a block measured best at Qwen3 T = 16..128: 64 and 128 (6 and 4 stages) were 5-14 us slower
+// 32 weight rows a block measured best at Qwen3 T = 16..128: 64 and 128 (6 and 4 stages) were 4-14 us slower
 // (bench/RESULTS.md, 15th session), unlike the 32-row tiles below.
 using Decode16 = TileConfig<16, 32, 128, 1, 2, 6>;
 using Decode16Narrow = TileConfig<16, 32, 64, 1, 2, 6>;
