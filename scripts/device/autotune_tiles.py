@@ -32,6 +32,7 @@ CANDIDATES = {
     "policy": ({"MOE_TUNED_TILES": "off"}, lambda r: True),
     "mma16": ({"MOE_GROUPED_GEMM": "mma", "MOE_TILE_ROWS": "16"}, lambda r: r <= 16),
     "mma32": ({"MOE_GROUPED_GEMM": "mma", "MOE_TILE_ROWS": "32"}, lambda r: r <= 64),
+    "mma48": ({"MOE_GROUPED_GEMM": "mma", "MOE_TILE_ROWS": "48"}, lambda r: r <= 96),
     "mma64": ({"MOE_GROUPED_GEMM": "mma", "MOE_TILE_ROWS": "64"}, lambda r: r <= 256),
 }
 for up in ("on", "off"):

@@ -264,7 +264,20 @@ using Decode16Narrow = TileConfig<16, 32, 64, 1, 2, 6>;
 // traffic of the weight stream. Measured (bench/RESULTS.md, 15th session): Mixtral T=48 688 -> 674 us, T=64
 // 696 -> 678, and T=128 forced into these tiles 1,021 -> 813; 64 rows (2 warps, 6 stages) was slower (751).
 using Decode32 = TileConfig<32, 128, 64, 1, 4, 4>;
-using Mid64 = TileConfig<64, 128, 32, 2, 4, 4>;
+// 17-96 rows per expert, where the policy runs wgmma on Hopper: this tile is the kernel elsewhere (GPUs without
+// sm_90a, MOE_GROUPED_GEMM=mma) and where the tuned table picks it. NOTE: k-steps of 64 (was 32) in 4 stages,
+// 8 warps of 32x32: measured against the old k-steps of 32 (bench/RESULTS.md, 16th session) Mixtral T=128
+// 1,194 -> 737 us, Qwen3 T=512 511 -> 356, OLMoE T=256 360 -> 246, DeepSeek-V3 T=1024 9,417 -> 6,269; 4 warps
+// of 64x32 and 3 stages were within 2% (4 warps in 3 stages led at 64 rows an expert, where wgmma leads
+// anyway), 256 weight rows a block (1 block an SM) 9-20% slower.
+using Mid64 = TileConfig<64, 128, 64, 2, 4, 4>;
+// 17-32 rows per expert on average (experts of up to ~45): each expert's rows in one tile, a third fewer masked
+// rows than 64-row tiles, and still many small blocks sharing the weight stream. NOTE: measured against the
+// policy's wgmma at 32 rows an expert (bench/RESULTS.md, 16th session): Mixtral T=128 755 -> 695 us (1.14 ->
+// 1.05x), DeepSeek-V3 T=1024 5,736 -> 5,464, Qwen3 T=512 368 -> 351, OLMoE T=256 255 -> 244; 64-row tiles
+// were 2-5% slower there, 6 warps of 16x64 within 1%, 3 stages 1-3% faster on the small-expert shapes
+// (Qwen3, OLMoE) and 1-3% slower on the large ones.
+using Mid48 = TileConfig<48, 128, 64, 1, 4, 4>;
 // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): 4 warps of 64x64 beat 8 warps of 32x64
 // (Mixtral T=8192: 306 vs 273 TFLOP/s), BK=64 with 3 stages (264), and 128x256 tiles (295).
 using Prefill128 = TileConfig<128, 128, 32, 2, 2, 4>;
@@ -310,6 +323,7 @@ void dispatch(const GroupedGemmArgs& g, int tile_rows, cudaStream_t stream) {
       return g.k >= decode_wide_k() && g.k % Decode16::BK == 0 ? launch<Decode16, SWIGLU>(g, stream)
                                                                 : launch<Decode16Narrow, SWIGLU>(g, stream);
     case 32: return launch<Decode32, SWIGLU>(g, stream);
+    case 48: return launch<Mid48, SWIGLU>(g, stream);
     case 64: return launch<Mid64, SWIGLU>(g, stream);
     case 128: return launch<Prefill128, SWIGLU>(g, stream);
     default: MOE_CUDA_REQUIRE(false, "grouped GEMM: no kernel for tiles of " + std::to_string(tile_rows) + " rows");
@@ -319,8 +333,8 @@ void dispatch(const GroupedGemmArgs& g, int tile_rows, cudaStream_t stream) {
 }  // namespace
 
 std::optional<int> forced_grouped_gemm_tile_rows() {
-  static const int64_t forced = env_integer("MOE_TILE_ROWS", 0, 128, "the grouped GEMMs' tile rows (16, 32, 64 "
-                                            "or 128; 0: by rows per expert)").value_or(0);
+  static const int64_t forced = env_integer("MOE_TILE_ROWS", 0, 128, "the grouped GEMMs' tile rows (16, 32, 48, "
+                                            "64 or 128; 0: by rows per expert)").value_or(0);
   return forced != 0 ? std::optional<int>(static_cast<int>(forced)) : std::nullopt;
 }
 
@@ -331,6 +345,7 @@ int grouped_gemm_tile_rows(double rows_per_expert) {
   // tiles, 721 in 32-row ones (bench/RESULTS.md, 7th session).
   if (rows_per_expert <= 8) return 16;
   if (rows_per_expert <= 16) return 32;
+  if (rows_per_expert <= 32) return 48;
   if (rows_per_expert <= 96) return 64;
   return 128;
 }

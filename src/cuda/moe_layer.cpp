@@ -223,8 +223,9 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
                      .tile_expert = tiles.tile_expert, .tile_row = tiles.tile_row, .n_tiles = tiles.n_tiles,
                      .max_tiles = tiles.max_tiles, .k = s.H, .n = s.I, .scheduler = s.wgmma_scheduler.get(),
                      .tall_rows = tiles.tall_rows};
-  // Measured in the weight-stream tiles only (bench/RESULTS.md, 7th session, round 3).
-  up.early_dependent_launch = tile_rows <= 32;
+  // Measured in the weight-stream tiles only (bench/RESULTS.md, 7th session, round 3; the 48-row tiles, 16th
+  // session: 1.5-2.6 us at 32 rows an expert on all four bench shapes).
+  up.early_dependent_launch = tile_rows <= 48;
   up.staged_epilogue = plan.staged_gate_up;
   if (wgmma) {
     gather_rows(x, pb.row_token, rows, s.H, s.gathered.get(), stream);
@@ -274,7 +275,7 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
                         .tile_expert = s.shared_tile_expert, .tile_row = s.shared_tile_row,
                         .n_tiles = s.shared_n_tiles, .max_tiles = shared_tiles, .k = s.H, .n = s.S,
                         .scheduler = s.wgmma_scheduler.get(), .tall_rows = shared_tall};
-    sup.early_dependent_launch = shared_rows <= 32;
+    sup.early_dependent_launch = shared_rows <= 48;
     GroupedGemmArgs sdown = sup;
     sdown.a = s.shared_act.get();
     sdown.b = s.shared_w2.get();

@@ -19,7 +19,7 @@ TEST(CudaGroupedGemm, MatchesTheCpuExpertsForEveryTileHeight) {
   const int64_t H = 192, I = 128;
   for (int E : {1, 5, 16})
     for (int64_t T : {1, 13, 300})
-      for (int tile_rows : {16, 32, 64, 128}) {
+      for (int tile_rows : {16, 32, 48, 64, 128}) {
         SCOPED_TRACE("E " + std::to_string(E) + " T " + std::to_string(T) + " tile " + std::to_string(tile_rows));
         const int k = std::min(E, 2);
         const auto [experts, w13, w2] = test::random_experts(E, H, I, rng);

@@ -44,7 +44,8 @@ TEST(TunedTiles, CommittedTableIsWellFormed) {
   for (const TunedTilesEntry& e : tuned_tiles_table()) {
     SCOPED_TRACE(testing::Message() << e.n_experts << " " << e.n << " " << e.k << " 2^" << e.log2_tokens);
     EXPECT_TRUE(keys.insert({e.n_experts, e.n, e.k, e.log2_tokens}).second) << "duplicate key";
-    EXPECT_TRUE(e.tile_rows == 16 || e.tile_rows == 32 || e.tile_rows == 64 || e.tile_rows == 128);
+    EXPECT_TRUE(e.tile_rows == 16 || e.tile_rows == 32 || e.tile_rows == 48 || e.tile_rows == 64 ||
+                e.tile_rows == 128);
     EXPECT_GE(e.log2_tokens, 0);
     EXPECT_LE(e.log2_tokens, 20);
     if (e.tile_rows == 128) {
