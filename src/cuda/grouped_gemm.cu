@@ -271,12 +271,13 @@ using Decode32 = TileConfig<32, 128, 64, 1, 4, 4>;
 // of 64x32 and 3 stages were within 2% (4 warps in 3 stages led at 64 rows an expert, where wgmma leads
 // anyway), 256 weight rows a block (1 block an SM) 9-20% slower.
 using Mid64 = TileConfig<64, 128, 64, 2, 4, 4>;
-// 17-32 rows per expert on average (experts of up to ~45): each expert's rows in one tile, a third fewer masked
-// rows than 64-row tiles, and still many small blocks sharing the weight stream. NOTE: measured against the
-// policy's wgmma at 32 rows an expert (bench/RESULTS.md, 16th session): Mixtral T=128 755 -> 695 us (1.14 ->
-// 1.05x), DeepSeek-V3 T=1024 5,736 -> 5,464, Qwen3 T=512 368 -> 351, OLMoE T=256 255 -> 244; 64-row tiles
-// were 2-5% slower there, 6 warps of 16x64 within 1%, 3 stages 1-3% faster on the small-expert shapes
-// (Qwen3, OLMoE) and 1-3% slower on the large ones.
+// MOE_TILE_ROWS=48 (not the policy): each expert's rows in one tile at up to ~45 rows, a third fewer masked rows
+// than 64-row tiles, many small blocks sharing the weight stream. NOTE: at 32 rows an expert with balanced
+// routing it beat wgmma (bench/RESULTS.md, 16th session: Mixtral T=128 755 -> 695 us, DeepSeek-V3 T=1024 5,736
+// -> 5,464, Qwen3 T=512 368 -> 351, OLMoE T=256 255 -> 244; 6 warps of 16x64 within 1%, 3 stages +-1-3% by
+// shape), but with skewed (Zipf) routing the hot experts' hundreds of rows ran as many mma.sync tiles:
+// DeepSeek-V3 T=1024 3,942 -> 5,284 us, Mixtral T=128 755 -> 843. The policy cannot see the skew (the counts
+// are on the device), so it keeps wgmma from 17 rows an expert.
 using Mid48 = TileConfig<48, 128, 64, 1, 4, 4>;
 // NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): 4 warps of 64x64 beat 8 warps of 32x64
 // (Mixtral T=8192: 306 vs 273 TFLOP/s), BK=64 with 3 stages (264), and 128x256 tiles (295).
@@ -345,7 +346,6 @@ int grouped_gemm_tile_rows(double rows_per_expert) {
   // tiles, 721 in 32-row ones (bench/RESULTS.md, 7th session).
   if (rows_per_expert <= 8) return 16;
   if (rows_per_expert <= 16) return 32;
-  if (rows_per_expert <= 32) return 48;
   if (rows_per_expert <= 96) return 64;
   return 128;
 }

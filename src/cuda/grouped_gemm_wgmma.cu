@@ -1025,9 +1025,8 @@ GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows) {
   // NOTE: at 9-16 rows an expert, the 32-row mma.sync tiles over 128 weight rows (15th session) beat wgmma
   // at every expert count measured (bench/RESULTS.md: DeepSeek-V3 T=512 5,689 -> 5,450 us, Qwen3 T=256
   // 347 -> 331, OLMoE T=128 239 -> 229 against the 16-row tiles the tuned table had picked there); the old
-  // 32-row tiles had lost to wgmma where experts are many. The 48-row mma.sync tiles at 17-32 rows an expert beat
-  // it too (16th session: Mixtral T=128 755 -> 695 us, DeepSeek-V3 T=1024 5,736 -> 5,464); at 64 rows an expert
-  // wgmma leads (Mixtral T=256 764 us against 945 or more in 64-row mma.sync tiles).
+  // 32-row tiles had lost to wgmma where experts are many. 48-row mma.sync tiles at 17-32 rows an expert beat it
+  // with balanced routing and lost by 12-34% with skewed routing (16th session; see Mid48 in grouped_gemm.cu).
   return tile_rows >= 64 ? GroupedGemmKernel::wgmma : GroupedGemmKernel::mma;
 }
 

@@ -223,8 +223,8 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
                      .tile_expert = tiles.tile_expert, .tile_row = tiles.tile_row, .n_tiles = tiles.n_tiles,
                      .max_tiles = tiles.max_tiles, .k = s.H, .n = s.I, .scheduler = s.wgmma_scheduler.get(),
                      .tall_rows = tiles.tall_rows};
-  // Measured in the weight-stream tiles only (bench/RESULTS.md, 7th session, round 3; the 48-row tiles, 16th
-  // session: 1.5-2.6 us at 32 rows an expert on all four bench shapes).
+  // Measured in the weight-stream tiles only (bench/RESULTS.md, 7th session, round 3; the 48-row tiles of
+  // MOE_TILE_ROWS=48, 16th session: 1.5-2.6 us at 32 rows an expert on all four bench shapes).
   up.early_dependent_launch = tile_rows <= 48;
   up.staged_epilogue = plan.staged_gate_up;
   if (wgmma) {

@@ -143,8 +143,8 @@ struct GroupedGemmArgs {
 void grouped_gemm_swiglu(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream);
 // c[r, :] = a_r · bᵀ, b = [E, n, k].
 void grouped_gemm(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream);
-// The tile height for a batch of rows_per_expert rows per expert on average: 16, 32, 48 (weight streams),
-// 64, 128 (prefill). MOE_TILE_ROWS forces one, to measure.
+// The tile height for a batch of rows_per_expert rows per expert on average: 16, 32 (weight streams),
+// 64, 128 (prefill). MOE_TILE_ROWS forces one (48 as well), to measure.
 int grouped_gemm_tile_rows(double rows_per_expert);
 // MOE_TILE_ROWS's tile height where it forces one (not unset, empty or 0).
 std::optional<int> forced_grouped_gemm_tile_rows();
