@@ -4,7 +4,7 @@
 offline, the table committed, the policy as the default for unseen shapes).
 
 The choices are read from the environment once per process, so each candidate is its own `moe bench` run over
-all the token counts it applies to: mma.sync tiles of 16, 32 or 64 rows (MOE_GROUPED_GEMM=mma,
+all the token counts it applies to: mma.sync tiles of 16, 32, 48 or 64 rows (MOE_GROUPED_GEMM=mma,
 MOE_TILE_ROWS), the wgmma kernel (MOE_TILE_ROWS=128) with the staged epilogue on or off for each of the two
 GEMMs (MOE_WGMMA_STAGED_EPILOGUE=<gate/up>,<down>), and the policy (MOE_TUNED_TILES=off). Two phases:
 1. Screen: candidates alternate within each round; a point's time is the lowest of its rounds' medians; the
@@ -14,6 +14,11 @@ GEMMs (MOE_WGMMA_STAGED_EPILOGUE=<gate/up>,<down>), and the policy (MOE_TUNED_TI
    up to 18% apart at DeepSeek-V3 T=512. So each screened point runs again as a pair of one-point processes,
    the candidate and the policy alternated for --rounds rounds, and enters the table only where the
    candidate wins every round by more than --confirm-margin. Elsewhere the layer keeps the policy.
+   The table, like the policy, cannot see how skewed a batch's routing is (the counts are on the device), and
+   a choice that wins with balanced routing can lose badly with skewed routing (the 48-row tiles: +34% at
+   DeepSeek-V3 T=1024 with Zipf routing, bench/RESULTS.md 16th session). So each confirming round also runs
+   both with --routing zipf, and the candidate is kept only if it is not slower there by more than
+   --confirm-margin in any round.
 Writes to --out: tuned_tiles.inc (the table rows of these shapes, to merge into src/cuda/tuned_tiles.inc),
 autotune_table.md (every candidate's time at every point) and raw.jsonl (one line per bench row).
 Usage: python3 scripts/device/autotune_tiles.py --moe .device-carry/bin/moe --shapes qwen3-30b-a3b,mixtral-8x7b \
@@ -51,10 +56,10 @@ def table_row(name):
     return 128, int(up == "on"), int(down == "on")
 
 
-def run(moe, shape, tokens, env, repeats):
+def run(moe, shape, tokens, env, repeats, routing="balanced"):
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         cmd = [moe, "bench", "--backend", "cuda", "--shape", shape, "--tokens", ",".join(map(str, tokens)),
-               "--repeats", str(repeats), "--json", f.name]
+               "--repeats", str(repeats), "--routing", routing, "--json", f.name]
         proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             print(f"{shape} {env}: rc {proc.returncode}: {proc.stderr.strip()[-300:]}", file=sys.stderr)
@@ -104,18 +109,21 @@ def main():
             if (name != "policy" and times[name] < times["policy"] * (1 - a.margin) and
                     worst[(shape, t, name)] < times["policy"]):
                 screened.append((shape, t, name))
-    lines, confirm = [], ["", "| shape | T | candidate | candidate us by round | policy us by round | kept |",
-                          "|---|---:|---|---|---|---|"]
+    lines, confirm = [], ["", "| shape | T | candidate | candidate us by round | policy us by round | "
+                              "zipf: candidate / policy us by round | kept |", "|---|---:|---|---|---|---|---|"]
     for shape, t, name in screened:
-        pairs = []
+        pairs, skewed = [], []
         for _ in range(a.rounds):
-            cand = run(a.moe, shape, [t], CANDIDATES[name][0], a.repeats)
-            pol = run(a.moe, shape, [t], CANDIDATES["policy"][0], a.repeats)
-            if cand and pol:
-                pairs.append((cand[0]["us_median"], pol[0]["us_median"]))
-        kept = len(pairs) == a.rounds and all(c < p * (1 - a.confirm_margin) for c, p in pairs)
+            for routing, into in (("balanced", pairs), ("zipf", skewed)):
+                cand = run(a.moe, shape, [t], CANDIDATES[name][0], a.repeats, routing)
+                pol = run(a.moe, shape, [t], CANDIDATES["policy"][0], a.repeats, routing)
+                if cand and pol:
+                    into.append((cand[0]["us_median"], pol[0]["us_median"]))
+        kept = (len(pairs) == a.rounds and all(c < p * (1 - a.confirm_margin) for c, p in pairs) and
+                len(skewed) == a.rounds and all(c <= p * (1 + a.confirm_margin) for c, p in skewed))
         confirm.append(f"| {shape} | {t} | {name} | {', '.join(f'{c:.1f}' for c, _ in pairs)} | "
-                       f"{', '.join(f'{p:.1f}' for _, p in pairs)} | {'yes' if kept else 'no'} |")
+                       f"{', '.join(f'{p:.1f}' for _, p in pairs)} | "
+                       f"{', '.join(f'{c:.1f} / {p:.1f}' for c, p in skewed)} | {'yes' if kept else 'no'} |")
         if kept:
             m = meta[shape]
             tile_rows, up, down = table_row(name)
