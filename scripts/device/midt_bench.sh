@@ -4,7 +4,7 @@
 # where the time above the floor goes. Needs a carry of scripts/device/prepare_carry.sh
 # (CARRY, default .device-carry). Logs packed into $OUT/midt.tgz; a compact table last.
 # Usage: [POINTS="shape:tokens:rounds[:VAR=value;VAR=value[:moe binary]] ..."] [NCU="shape:T ..."]
-#          [TESTS=gtest filter, or * for all] [MODEL_TESTS=1] bash scripts/device/midt_bench.sh
+#          [TESTS=gtest filter, or * for all] [MODEL_TESTS=1] [ROUTING=balanced|zipf] bash scripts/device/midt_bench.sh
 # A point's settings (environment overrides such as MOE_TILE_ROWS=32) and its binary's folder, where not
 # the carry's (e.g. a baseline build carried in .device-carry/base/moe), label its rows in the table; the
 # points alternate within each round.
@@ -38,7 +38,7 @@ for round in $(seq "$max_rounds"); do  # the points alternate within each round
     label=${settings:-default}
     [ "$moe" != "$bin/moe" ] && label="$label@$(basename "$(dirname "$moe")")"
     env ${settings//;/ } timeout 240 "$moe" bench --backend cuda --shape "$shape" --tokens "$tokens" \
-      --repeats 30 > "$work/bench.tmp" 2>&1 || echo "$shape $label round $round: rc $?"
+      --repeats 30 --routing "${ROUTING:-balanced}" > "$work/bench.tmp" 2>&1 || echo "$shape $label round $round: rc $?"
     echo "== $shape $label round $round" >> "$work/bench.log"
     cat "$work/bench.tmp" >> "$work/bench.log"
     grep -E "^$shape" "$work/bench.tmp" | awk -v r="$round" -v l="$label" '{print r, $1, $2, l, $5, $8, $9}' >> "$work/table.txt"
