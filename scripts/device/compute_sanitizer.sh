@@ -5,6 +5,8 @@
 # fits its budget; a run cut short is reported with how many tests it finished. Logs in $OUT.
 # Here, first: CARRY=build-cs-carry bash scripts/device/prepare_carry.sh (or a copy of a fresh .device-carry);
 # then run with carry ["build-cs-carry"] and CARRY=build-cs-carry bash scripts/device/compute_sanitizer.sh.
+# GTEST_FILTER in the environment narrows every binary's tests (gtest reads it), so that the runs finish
+# within LIMIT: e.g. GTEST_FILTER='CudaGroupedGemm*:CudaMoeLayer.EveryFamily*' (17th session).
 set -uo pipefail
 source scripts/device/carry_env.sh
 limit=${LIMIT:-170}
