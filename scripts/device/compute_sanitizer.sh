@@ -6,7 +6,8 @@
 # Here, first: CARRY=build-cs-carry bash scripts/device/prepare_carry.sh (or a copy of a fresh .device-carry);
 # then run with carry ["build-cs-carry"] and CARRY=build-cs-carry bash scripts/device/compute_sanitizer.sh.
 # GTEST_FILTER in the environment narrows every binary's tests (gtest reads it), so that the runs finish
-# within LIMIT: e.g. GTEST_FILTER='CudaGroupedGemm*:CudaMoeLayer.EveryFamily*' (17th session).
+# within LIMIT: e.g. GTEST_FILTER='CudaGroupedGemm*:CudaMoeLayer.EveryFamily*' (17th session). TOOLS narrows
+# the tools (default: all four), e.g. TOOLS=synccheck.
 set -uo pipefail
 source scripts/device/carry_env.sh
 limit=${LIMIT:-170}
@@ -17,7 +18,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 binaries=()
 for b in cuda_tests causal_lm_cuda_tests; do [ -x "$carry/bin/$b" ] && binaries+=("$b"); done
 pids=()
-for tool in memcheck racecheck initcheck synccheck; do
+for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   for b in "${binaries[@]}"; do
     # NOTE: --error-exitcode separates a sanitizer finding (99) from a failing test (1) and a cut (124).
     timeout "$limit" "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 50 "$carry/bin/$b" \

@@ -158,8 +158,12 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // A named barrier (0 is __syncthreads) of `threads` threads, every thread of their warps taking part.
+// NOTE: the unaligned form (barrier.sync, not bar.sync): the store warps and the consumers reach one
+// barrier generation from different static instructions (their own branches, and the consumers from three
+// call sites), which the aligned form forbids; compute-sanitizer synccheck reported it as "Divergent
+// thread(s) in block" (17th session), and __syncwarp() before an aligned bar.sync did not clear it.
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // Spins until the phase of the given parity has completed. A fresh barrier counts its phase before
 // phase 0 (parity 1) as complete, so the producer's first wait on each empty stage passes at once.
