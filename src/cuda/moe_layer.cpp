@@ -116,7 +116,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& config, const MoeWeights& weights, C
   const int64_t capacity = capacity_for(options, Tm, static_cast<int>(k), static_cast<int>(E));
   s.max_rows = capacity < 0 ? max_pairs : E * capacity;
   s.permute = PermuteWorkspace(E, max_pairs, s.max_rows);
-  s.logits = DeviceBuffer<float>(Tm * s.router_rows * std::max(1, s.router_gemm.terms()));  // RouterGemm's parts
+  s.logits = router_logits_buffer(Tm, s.router_rows, s.router_gemm);
   const int64_t shared_tiles = Tm + 1;
   s.ints = DeviceBuffer<int32_t>(2 + 2 * shared_tiles + 1 + Tm);
   int32_t* p = s.ints.get();

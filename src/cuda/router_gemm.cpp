@@ -1,5 +1,6 @@
 #include "moe/cuda/router_gemm.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,12 @@ void RouterGemm::run(const __nv_bfloat16* x, int64_t T, float* logit_parts, cuda
   MOE_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, static_cast<int>(T), static_cast<int>(h_), &one,
                                 terms_.get(), CUDA_R_16BF, static_cast<int>(h_), x, CUDA_R_16BF, static_cast<int>(h_),
                                 &zero, logit_parts, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+DeviceBuffer<float> router_logits_buffer(int64_t max_tokens, int64_t rows, const RouterGemm& gemm) {
+  DeviceBuffer<float> logits(static_cast<size_t>(max_tokens * rows * std::max(1, gemm.terms())));
+  if (logits.size() > 0) MOE_CUDA_CHECK(cudaMemset(logits.get(), 0, logits.size() * sizeof(float)));
+  return logits;
 }
 
 }  // namespace moe::cuda

@@ -89,7 +89,7 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
   if (s.S > 0) upload_mlps({&weights.shared}, s.H, s.S, s.shared_w13, s.shared_w2);
 
   const int64_t Tm = s.max_tokens;
-  s.logits = DeviceBuffer<float>(Tm * s.router_rows * std::max(1, s.router_gemm.terms()));  // RouterGemm's parts
+  s.logits = cuda::router_logits_buffer(Tm, s.router_rows, s.router_gemm);
   s.arrivals = DeviceBuffer<unsigned>(Tm);
   MOE_CUDA_CHECK(cudaMemset(s.arrivals.get(), 0, Tm * sizeof(unsigned)));
 

@@ -1,6 +1,7 @@
 // The CUDA router against its CPU twin (routing::route) on fresh random logits, every method.
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 #include <tuple>
 
@@ -8,6 +9,7 @@
 #include "moe/core/tensor.h"
 
 #include "cuda_test_util.h"
+#include "moe/cuda/device_buffer.h"
 #include "moe/cuda/ops.h"
 #include "moe/cuda/router_gemm.h"
 #include "moe/routing/router.h"
@@ -240,6 +242,52 @@ TEST(CudaRouter, RouterGemmKeepsFp32Accuracy) {
     EXPECT_EQ(one_term.terms(), 1);
     EXPECT_GE(worst_error(w, logits_of(one_term)), 4 * kFp32Tolerance) << "one bf16 term should be visibly less exact";
     EXPECT_LE(worst_error(w_bf16, logits_of(one_term)), kFp32Tolerance);
+  }
+}
+
+// The layer's router past the fused kernel: RouterGemm's parts, then router_topk summing them on the device,
+// with no host copy between (the sequence compute-sanitizer's initcheck flagged inside the layer test, 5th
+// session). The choices must be the CPU router's on the same summed logits. The parts live in the layer's
+// buffer (router_logits_buffer: with a plain allocation instead, initcheck reports every read here too).
+TEST(CudaRouter, RouterGemmThenTopKMatchesTheCpuRouter) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t T = 700, H = 256;
+  const RouterConfig configs[] = {
+      {.method = RoutingMethod::softmax_topk, .n_experts = 64, .top_k = 6, .norm_topk_prob = true},
+      {.method = RoutingMethod::noaux_tc, .n_experts = 64, .top_k = 6, .norm_topk_prob = true,
+       .routed_scaling_factor = 2.5f, .n_group = 8, .topk_group = 4},
+  };
+  for (const RouterConfig& c : configs) {
+    SCOPED_TRACE(routing::routing_method_name(c.method));
+    const int64_t rows = c.n_experts;
+    const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
+    const std::vector<uint16_t> x_bits(x.data_as<uint16_t>(), x.data_as<uint16_t>() + T * H);
+    const std::vector<float> w = rng.normal_vector(rows * H, 0.05f);
+    const std::vector<float> bias = rng.normal_vector(rows, 0.05f);
+    const bool biased = c.method == RoutingMethod::noaux_tc;
+    const RouterGemm gemm(w.data(), rows, H);
+    test::Device<uint16_t> d_x(x_bits);
+    const DeviceBuffer<float> d_parts = router_logits_buffer(T, rows, gemm);
+    test::Device<float> d_bias(bias), d_weights(T * c.top_k);
+    test::Device<int32_t> d_ids(T * c.top_k);
+    gemm.run(reinterpret_cast<const bf16*>(d_x.get()), T, d_parts.get(), nullptr);
+    router_topk(c, d_parts.get(), gemm.terms() * rows, gemm.terms(), biased ? d_bias.get() : nullptr, T,
+                d_ids.get(), d_weights.get(), nullptr);
+    // router_topk wrote the sums over the first part: the GEMM again for the reference's parts.
+    gemm.run(reinterpret_cast<const bf16*>(d_x.get()), T, d_parts.get(), nullptr);
+    std::vector<float> parts(d_parts.size());
+    MOE_CUDA_CHECK(cudaMemcpy(parts.data(), d_parts.get(), parts.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    const std::vector<float> logits = summed_parts(parts, T, rows, gemm.terms());
+    std::vector<int32_t> want_ids(T * c.top_k);
+    std::vector<float> want_weights(T * c.top_k);
+    routing::route(c, logits, biased ? std::span<const float>(bias) : std::span<const float>(), T, want_ids,
+                   want_weights);
+    EXPECT_EQ(d_ids.host(), want_ids);
+    const auto weights = d_weights.host();
+    for (size_t i = 0; i < weights.size(); ++i)
+      ASSERT_NEAR(weights[i], want_weights[i], 1e-5 * std::max(1.0f, std::fabs(want_weights[i]))) << i;
   }
 }
 

@@ -56,4 +56,12 @@ class RouterGemm {
   DeviceBuffer<unsigned char> workspace_;  // cuBLAS's, so that a captured graph allocates nothing
 };
 
+// The logits buffer of a layer routing up to max_tokens with `rows` gate rows: room for RouterGemm's parts
+// (or the fused router's logits), zeroed once.
+// NOTE: the zeroing is for compute-sanitizer's initcheck, which does not see the writes of cuBLAS's GEMM
+// kernel: without it, router_topk's every read of the parts is reported as uninitialized (RouterGemm then
+// router_topk, each result right; CudaRouter.RouterGemmThenTopKMatchesTheCpuRouter, bench/RESULTS.md 18th
+// session). Zeroed, initcheck can find real uninitialized reads in the layer's own kernels.
+DeviceBuffer<float> router_logits_buffer(int64_t max_tokens, int64_t rows, const RouterGemm& gemm);
+
 }  // namespace moe::cuda
