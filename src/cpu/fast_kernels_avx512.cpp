@@ -31,7 +31,8 @@ constexpr int64_t kPrefetchBytes = 4096;
 constexpr int64_t kFarPrefetchBytes = 16384;
 // A one-token panel runs a k-step in about 4 cycles, so 4 KiB is less than a DRAM latency ahead: 8 KiB.
 // Two cores streaming 512 KiB blocks: 22.9-25.0 GB/s against 15.4-19.7 at 4 KiB (bench/RESULTS.md, 7th
-// session).
+// session, Xeon VM). On Zen 4 (hardware prefetch) one-token panels issue none either: without them the
+// stream ran faster in 24 of 24 alternated rounds, 40.3 against 38.4 GB/s (medians; 18th session).
 constexpr int64_t kDecodePrefetchBytes = 8192;
 
 // exp(x) for silu: Cody-Waite reduction by ln 2, degree-6 Taylor on [-ln2/2, ln2/2] (relative error ~2e-7),
@@ -150,7 +151,7 @@ template <int N, bool kBf16, bool kSoftwarePrefetch>
 #undef MOE_ASM_TOKEN
 
 // acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs (bf16) or quads (int8). Without software
-// prefetch (StreamPrefetch), panels of several tokens issue no prefetches at all.
+// prefetch (StreamPrefetch), panels issue no prefetches at all.
 template <int N, bool kBf16, bool kSoftwarePrefetch, class W>
 [[gnu::always_inline]] inline void dot_block(const W* w, int64_t k_steps, const uint32_t* const* x_in,
                                              __m512i (&acc)[kTiles][N]) {
@@ -168,10 +169,10 @@ template <int N, bool kBf16, bool kSoftwarePrefetch, class W>
       for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_si512();
     const char* stream = reinterpret_cast<const char*>(w);
     for (int64_t p = 0; p < k_steps; ++p, stream += kBlockRows * 4) {
-      if constexpr (N == 1 || kSoftwarePrefetch) {
+      if constexpr (kSoftwarePrefetch) {
         // NOTE: weights come from DRAM once per forward (decode) or once per block (prefill, while the
         // panel computes): fetching them ahead overlaps the stream with the math (1.3-1.5x at T = 32-128 on
-        // the Xeon VM of sessions 3-11; on Zen 4 the hardware prefetcher does it better for several tokens).
+        // the Xeon VM of sessions 3-11; on Zen 4 the hardware prefetcher does it better, for one token too).
 #pragma GCC unroll 4
         for (int line = 0; line < 4; ++line)
           _mm_prefetch(stream + (N == 1 ? kDecodePrefetchBytes : kPrefetchBytes) + 64 * line, _MM_HINT_T0);

@@ -28,10 +28,10 @@ enum class Isa : uint8_t {
 // The best ISA this CPU runs, unless MOE_CPU_ISA (avx2 | avx512) asks for another; asking for avx512 on a
 // CPU without it is an error.
 Isa detect_isa();
-// How the AVX-512 kernels keep a weight block streaming under a panel of several tokens: software prefetches
-// ahead of their loads (what the Xeon VM of sessions 3-11 needed), or none, leaving it to the hardware
-// prefetcher, which on AMD Zen 4 streams 7-12% faster than with them (bench/RESULTS.md, 13th session).
-// One-token panels prefetch either way; the AVX2 kernels ignore it.
+// How the AVX-512 kernels keep a weight block streaming: software prefetches ahead of their loads (what the
+// Xeon VM of sessions 3-11 needed), or none, leaving it to the hardware prefetcher, which on AMD Zen 4
+// streams faster than with them: 7-12% under panels of several tokens (bench/RESULTS.md, 13th session), 3-7%
+// at one token (18th session). The AVX2 kernels ignore it.
 enum class StreamPrefetch : uint8_t { software, hardware };
 // hardware on AMD CPUs, software on others, unless MOE_CPU_STREAM_PREFETCH (software | hardware) asks.
 StreamPrefetch detect_stream_prefetch();
