@@ -2,14 +2,18 @@
 // (bench/RESULTS.md, 18th session, CPU)? Streams 1 GiB (a half per thread) five ways, alternated within one
 // process for 12 rounds, since the VM's memory switches between a slow (~30 GB/s) and a fast (55-61 GB/s)
 // state: scalar loads, 512-bit loads, 512-bit loads into vdpbf16ps (the one-token kernels' k-loop), and the
-// first and last with an L2 prefetch 16 KiB ahead (as the library's read probe does). Prints GB/s.
+// first and last with an L2 prefetch 16 KiB ahead (as the library's read probe does), all on transparent huge
+// pages as the library's tensors are (allocate_host); and scalar loads on 4 KiB pages, which the VM's THP
+// setting (madvise) gives memory not advised. Prints GB/s.
 // Build and run: g++ -O2 -std=c++20 scripts/cpu/stream_probe.cpp -lpthread -o /tmp/stream_probe && /tmp/stream_probe
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -61,23 +65,29 @@ __attribute__((noinline)) float vector_dot(const uint64_t* p, int64_t n) {
 
 int main() {
   const int64_t words = (int64_t{1} << 30) / 8;
-  std::vector<uint64_t> buffer(words);
-  std::memset(buffer.data(), 1, words * 8);
-  const char* names[] = {"scalar xor", "vector xor", "vdpbf16ps", "scalar xor + L2 16K", "vdpbf16ps + L2 16K"};
-  constexpr int kVariants = 5, kRounds = 12;
+  constexpr size_t kHugePage = size_t{2} << 20;
+  auto* huge = static_cast<uint64_t*>(std::aligned_alloc(kHugePage, words * 8));
+  madvise(huge, words * 8, MADV_HUGEPAGE);
+  std::vector<uint64_t> small(words);  // not advised: 4 KiB pages
+  std::memset(huge, 1, words * 8);
+  std::memset(small.data(), 1, words * 8);
+  const char* names[] = {"scalar xor", "vector xor", "vdpbf16ps", "scalar xor + L2 16K", "vdpbf16ps + L2 16K",
+                         "scalar xor, 4K pages"};
+  constexpr int kVariants = 6, kRounds = 12;
   std::vector<std::vector<double>> rates(kVariants);
   volatile double sink = 0;
   for (int round = 0; round < kRounds; ++round)
     for (int v = 0; v < kVariants; ++v) {
       const auto start = std::chrono::steady_clock::now();
       auto run = [&](int thread) {
-        const uint64_t* p = buffer.data() + thread * words / 2;
+        const uint64_t* p = (v == 5 ? small.data() : huge) + thread * words / 2;
         const int64_t n = words / 2;
         const double s = v == 0   ? scalar_xor<false>(p, n)
                          : v == 1 ? vector_xor(p, n)
                          : v == 2 ? vector_dot<false>(p, n)
                          : v == 3 ? scalar_xor<true>(p, n)
-                                  : vector_dot<true>(p, n);
+                         : v == 4 ? vector_dot<true>(p, n)
+                                  : scalar_xor<false>(p, n);
         sink = sink + s;
       };
       std::thread second(run, 1);
@@ -92,4 +102,5 @@ int main() {
     std::sort(sorted.begin(), sorted.end());
     std::printf("   median %5.1f GB/s\n", sorted[kRounds / 2]);
   }
+  std::free(huge);
 }
