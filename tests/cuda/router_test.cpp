@@ -21,6 +21,16 @@ namespace {
 using routing::RouterConfig;
 using routing::RoutingMethod;
 
+// The device's choices equal the CPU router's and its weights agree to 1e-5 relative (the first weight that
+// does not is a fatal failure: call through ASSERT_NO_FATAL_FAILURE).
+void expect_same_routing(const test::Device<int32_t>& ids, const test::Device<float>& weights,
+                         const std::vector<int32_t>& want_ids, const std::vector<float>& want_weights) {
+  EXPECT_EQ(ids.host(), want_ids);
+  const auto got = weights.host();
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want_weights[i], 1e-5 * std::max(1.0f, std::fabs(want_weights[i]))) << i;
+}
+
 TEST(CudaRouter, MatchesTheCpuRouterForEveryMethod) {
   MOE_SKIP_WITHOUT_GPU();
   test::TestRng rng;
@@ -73,11 +83,7 @@ TEST(CudaRouter, MatchesTheCpuRouterForEveryMethod) {
       test::Device<int32_t> d_ids(T * c.top_k);
       router_topk(c, d_logits.get(), stride, 1, biased ? d_bias.get() : nullptr, T, d_ids.get(), d_weights.get(),
                   nullptr);
-      const auto ids = d_ids.host();
-      const auto weights = d_weights.host();
-      EXPECT_EQ(ids, want_ids);
-      for (size_t i = 0; i < weights.size(); ++i)
-        ASSERT_NEAR(weights[i], want_weights[i], 1e-5 * std::max(1.0f, std::fabs(want_weights[i]))) << i;
+      ASSERT_NO_FATAL_FAILURE(expect_same_routing(d_ids, d_weights, want_ids, want_weights));
     }
   }
 }
@@ -123,10 +129,7 @@ TEST(CudaRouter, TopKSumsLogitPartsInOrder) {
       test::Device<int32_t> d_ids(T * c.top_k);
       router_topk(c, d_logits.get(), parts * width, parts, biased ? d_bias.get() : nullptr, T, d_ids.get(),
                   d_weights.get(), nullptr);
-      EXPECT_EQ(d_ids.host(), want_ids);
-      const auto weights = d_weights.host();
-      for (size_t i = 0; i < weights.size(); ++i)
-        ASSERT_NEAR(weights[i], want_weights[i], 1e-5 * std::max(1.0f, std::fabs(want_weights[i]))) << i;
+      ASSERT_NO_FATAL_FAILURE(expect_same_routing(d_ids, d_weights, want_ids, want_weights));
       const auto written = d_logits.host();
       for (int64_t t = 0; t < T; ++t)
         for (int64_t i = 0; i < width; ++i)
@@ -284,10 +287,7 @@ TEST(CudaRouter, RouterGemmThenTopKMatchesTheCpuRouter) {
     std::vector<float> want_weights(T * c.top_k);
     routing::route(c, logits, biased ? std::span<const float>(bias) : std::span<const float>(), T, want_ids,
                    want_weights);
-    EXPECT_EQ(d_ids.host(), want_ids);
-    const auto weights = d_weights.host();
-    for (size_t i = 0; i < weights.size(); ++i)
-      ASSERT_NEAR(weights[i], want_weights[i], 1e-5 * std::max(1.0f, std::fabs(want_weights[i]))) << i;
+    ASSERT_NO_FATAL_FAILURE(expect_same_routing(d_ids, d_weights, want_ids, want_weights));
   }
 }
 
