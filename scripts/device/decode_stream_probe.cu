@@ -17,26 +17,11 @@
 #include <random>
 #include <vector>
 
-#define CHECK(x)                                                                \
-  do {                                                                          \
-    cudaError_t status_ = (x);                                                  \
-    if (status_ != cudaSuccess) {                                               \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(status_)); \
-      return 1;                                                                 \
-    }                                                                           \
-  } while (0)
+#include "probe_common.cuh"
 
 namespace {
 
 constexpr int kExperts = 128, kChosen = 8, kRows = 1536, kRowBytes = 4096, kThreads = 512;
-
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 // Rows in pairs (gate row i and up row i + 768 of an expert, as the kernel reads them).
 __global__ void __launch_bounds__(kThreads, 1) stream_rows(const uint4* weights, const int* chosen, int mode,

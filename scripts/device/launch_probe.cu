@@ -18,14 +18,7 @@
 #include <random>
 #include <vector>
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t status_ = (x);                                                    \
-    if (status_ != cudaSuccess) {                                                 \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(status_)); \
-      return 1;                                                                   \
-    }                                                                             \
-  } while (0)
+#include "probe_common.cuh"
 
 namespace {
 
@@ -42,14 +35,6 @@ struct Args {
   unsigned* sink;
   int mode;  // 0 empty, 1 barrier, 2 stream, 3 stream + barrier
 };
-
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ void grid_barrier(unsigned* barrier) {
   __syncthreads();
