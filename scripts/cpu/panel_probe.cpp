@@ -80,7 +80,6 @@ void dot_8x48(const void* w, int64_t k_pairs, const uint32_t* const* x, float* o
   } a{w, k_pairs, {x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]}};
   if constexpr (kPrefetch == 0) MOE_DOT_8X48("");
   if constexpr (kPrefetch == 1) MOE_DOT_8X48(MOE_PF("prefetcht0", 1024));
-  if constexpr (kPrefetch == 2) MOE_DOT_8X48(MOE_PF("prefetcht0", 2048));
   if constexpr (kPrefetch == 3) MOE_DOT_8X48(MOE_PF("prefetcht0", 4096));
   if constexpr (kPrefetch == 4) MOE_DOT_8X48(MOE_PF("prefetcht1", 8192));
   if constexpr (kPrefetch == 5) MOE_DOT_8X48(MOE_PF("prefetcht1", 4096));
