@@ -10,6 +10,8 @@
 //   8x48 ...     one pass, 8 tokens, over 48-row blocks [k pairs][48 rows][2] (sums stored, no SwiGLU), with no
 //                software prefetch or prefetcht0 / t1 / t2 of the k-step's 3 lines 1-16 KiB ahead
 //   read         every cache line loaded (vpxord from memory), the read ceiling
+//   6+2 chunks   the library's split on 64-row blocks in asm, walked in chunks of 32-512 k-steps (the 2-token
+//                pass reruns each chunk from cache), the L2 prefetches shared between the two passes
 //   ... warm     lib 6+2 and 8x48 again, every pass over the thread's first block (in L2): the math's own rate
 // Prints each round's GB/s of weights (x 8 = GFLOP/s of the 8 tokens' dot products), then the medians. This
 // VM's memory switches between a slow state (read ~35 GB/s) and a fast one (55-60) from minute to minute:
@@ -87,6 +89,71 @@ void dot_8x48(const void* w, int64_t k_pairs, const uint32_t* const* x, float* o
   if constexpr (kPrefetch == 7) MOE_DOT_8X48(MOE_PF("prefetcht2", 8192));
 }
 
+// N tokens x 64 rows (the library's layout) over k-steps [begin, end) from w, the accumulators (token-major,
+// [N][4][16] floats at acc) loaded before and stored after, so that a block can be walked in chunks; PREFETCH
+// runs once a k-step.
+#define MOE_DOT_64(PREFETCH, TOKENS, ACCUMULATORS)                                             \
+  asm volatile(                                                                                                  \
+      ".macro moe_tok ptr, a0, a1, a2, a3\n\t"                                                                   \
+      "vpbroadcastd (\\ptr,%%rdx,4), %%zmm28\n\t"                                                                \
+      "vdpbf16ps %%zmm24, %%zmm28, %%zmm\\a0\n\tvdpbf16ps %%zmm25, %%zmm28, %%zmm\\a1\n\t"                      \
+      "vdpbf16ps %%zmm26, %%zmm28, %%zmm\\a2\n\tvdpbf16ps %%zmm27, %%zmm28, %%zmm\\a3\n\t"                      \
+      ".endm\n\t"                                                                                                \
+      ".irp i, " ACCUMULATORS "\n\tvmovups 64*\\i(%[o]), %%zmm\\i\n\t.endr\n\t"                                  \
+      "mov 0(%[a]), %%rax\n\tmov 8(%[a]), %%rcx\n\tmov 16(%[a]), %%rdx\n\t"                                      \
+      "mov 24(%[a]), %%r8\n\tmov 32(%[a]), %%r9\n\tmov 40(%[a]), %%r10\n\tmov 48(%[a]), %%r11\n\t"                \
+      "mov 56(%[a]), %%r12\n\tmov 64(%[a]), %%r13\n\t"                                                           \
+      "cmp %%rcx, %%rdx\n\tjge 2f\n\t"                                                                           \
+      "1:\n\t"                                                                                                   \
+      PREFETCH                                                                                                   \
+      "vmovdqu64 0(%%rax), %%zmm24\n\tvmovdqu64 64(%%rax), %%zmm25\n\t"                                          \
+      "vmovdqu64 128(%%rax), %%zmm26\n\tvmovdqu64 192(%%rax), %%zmm27\n\t" TOKENS                                \
+      "add $256, %%rax\n\tinc %%rdx\n\tcmp %%rcx, %%rdx\n\tjne 1b\n\t"                                           \
+      "2:\n\t"                                                                                                   \
+      ".irp i, " ACCUMULATORS "\n\tvmovups %%zmm\\i, 64*\\i(%[o])\n\t.endr\n\t"                                  \
+      ".purgem moe_tok"                                                                                          \
+      :                                                                                                          \
+      : [a] "r"(&a), [o] "r"(acc)                                                                                \
+      : "rax", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "cc", "memory", "xmm0", "xmm1", "xmm2",       \
+        "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",      \
+        "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25",        \
+        "xmm26", "xmm27", "xmm28")
+
+// 8 tokens over a 64-row block as 6 + 2, walked in chunks of `chunk` k-steps: the 6-token pass streams a chunk,
+// then the 2-token pass reruns it from L1/L2. The prefetches into L2, 8 KiB ahead, are split in proportion to
+// the passes' time a k-step (24 and 8 dot products): lines 0-2 of each k-step by the 6-token pass, line 3 by the
+// 2-token pass, so that requests reach DRAM at a steady rate through both.
+void dot_6p2_chunked(const char* w, int64_t k_pairs, const uint32_t* const* x, float* acc6, float* acc2,
+                     int64_t chunk) {
+  std::memset(acc6, 0, 24 * 64);
+  std::memset(acc2, 0, 8 * 64);
+  for (int64_t c0 = 0; c0 < k_pairs; c0 += chunk) {
+    const int64_t c1 = std::min(k_pairs, c0 + chunk);
+    {
+      struct {
+        const char* w;
+        int64_t end, begin;
+        const uint32_t* x[6];
+      } a{w + c0 * 256, c1, c0, {x[0], x[1], x[2], x[3], x[4], x[5]}};
+      float* acc = acc6;
+      MOE_DOT_64(".irp l, 0, 1, 2\n\tprefetcht1 8192+64*\\l(%%rax)\n\t.endr\n\t",
+                 "moe_tok %%r8, 0, 1, 2, 3\n\tmoe_tok %%r9, 4, 5, 6, 7\n\tmoe_tok %%r10, 8, 9, 10, 11\n\t"
+                 "moe_tok %%r11, 12, 13, 14, 15\n\tmoe_tok %%r12, 16, 17, 18, 19\n\tmoe_tok %%r13, 20, 21, 22, 23\n\t",
+                 "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23");
+    }
+    {
+      struct {
+        const char* w;
+        int64_t end, begin;
+        const uint32_t* x[6];
+      } a{w + c0 * 256, c1, c0, {x[6], x[7], nullptr, nullptr, nullptr, nullptr}};
+      float* acc = acc2;
+      MOE_DOT_64("prefetcht1 8192+192(%%rax)\n\t", "moe_tok %%r8, 0, 1, 2, 3\n\tmoe_tok %%r9, 4, 5, 6, 7\n\t",
+                 "0,1,2,3,4,5,6,7");
+    }
+  }
+}
+
 uint64_t read_all(const char* p, size_t bytes) {
   uint64_t acc = 0;
   asm volatile(
@@ -122,7 +189,7 @@ int main() {
 
   // The variants: the library's 6 + 2 (hardware or software prefetch), 8 x 48 with a prefetch (0-7 as in
   // dot_8x48), the read probe; warm ones rerun the thread's first block.
-  enum class Kind { lib, lib_sw, asm8x48, read };
+  enum class Kind { lib, lib_sw, asm8x48, read, chunked };
   struct Variant {
     const char* name;
     Kind kind;
@@ -136,6 +203,8 @@ int main() {
       {"t1 8K", Kind::asm8x48, 4, false},     {"t1 16K", Kind::asm8x48, 6, false},
       {"t2 8K", Kind::asm8x48, 7, false},     {"read", Kind::read, 0, false},
       {"lib 6+2 warm", Kind::lib, 0, true},   {"8x48 warm", Kind::asm8x48, 0, true},
+      {"6+2 chunks 32", Kind::chunked, 32, false},  {"6+2 chunks 128", Kind::chunked, 128, false},
+      {"6+2 chunks 512", Kind::chunked, 512, false}, {"6+2 chunks 32 warm", Kind::chunked, 32, true},
   };
   constexpr int kVariants = sizeof(variants) / sizeof(variants[0]);
   // Each thread takes a contiguous half of the blocks.
@@ -157,6 +226,12 @@ int main() {
           for (int t = 0; t < 2; ++t) a.x[t] = xp[6 + t], a.act[t] = act[6 + t];
           k.gate_up_bf16(a);
         }
+      } else if (v.kind == Kind::chunked) {
+        alignas(64) float acc6[24 * 16], acc2[8 * 16];
+        const int64_t block = 64 * kK * 2, n = kBytes / block;
+        for (int64_t b = n * thread / kThreads; b < n * (thread + 1) / kThreads; ++b)
+          dot_6p2_chunked(w + (v.warm ? n * thread / kThreads : b) * block, kPairs, xp, acc6, acc2, v.prefetch);
+        if (acc6[0] == 1e30f || acc2[0] == 1e30f) std::printf(" ");
       } else if (v.kind == Kind::asm8x48) {
         const int64_t block = 48 * kK * 2, n = kBytes / block;
         for (int64_t b = n * thread / kThreads; b < n * (thread + 1) / kThreads; ++b) {
