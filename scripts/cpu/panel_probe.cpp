@@ -40,6 +40,13 @@ constexpr int64_t kK = 4096, kPairs = kK / 2, kTokens = 8;
 constexpr size_t kBytes = size_t{1} << 30;
 
 // 8 tokens x 48 rows over k_pairs: acc[tile][token] stored token-major into out[8][3][16] floats.
+// What the probe's asm k-loops overwrite: the pointer and counter registers, zmm0-28 (some loops use fewer).
+#define MOE_PROBE_CLOBBERS                                                                                    \
+  "rax", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "cc", "memory", "xmm0", "xmm1",  \
+      "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13",    \
+      "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24",     \
+      "xmm25", "xmm26", "xmm27", "xmm28"
+
 // PREFETCH: each k-step's software prefetch of its 3 lines some distance ahead ("" for none).
 #define MOE_PF(hint, distance) ".irp l, 0, 1, 2\n\t" hint " " #distance "+64*\\l(%%rax)\n\t.endr\n\t"
 #define MOE_DOT_8X48(PREFETCH)                                                                                \
@@ -68,10 +75,7 @@ constexpr size_t kBytes = size_t{1} << 30;
       ".purgem moe_token8"                                                                                  \
       :                                                                                                     \
       : [a] "r"(&a), [o] "r"(out)                                                                           \
-      : "rax", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "cc", "memory", "xmm0",  \
-        "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",    \
-        "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23",   \
-        "xmm24", "xmm25", "xmm26", "xmm28")
+      : MOE_PROBE_CLOBBERS)
 
 template <int kPrefetch>
 void dot_8x48(const void* w, int64_t k_pairs, const uint32_t* const* x, float* out) {
@@ -114,10 +118,7 @@ void dot_8x48(const void* w, int64_t k_pairs, const uint32_t* const* x, float* o
       ".purgem moe_tok"                                                                                          \
       :                                                                                                          \
       : [a] "r"(&a), [o] "r"(acc)                                                                                \
-      : "rax", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "cc", "memory", "xmm0", "xmm1", "xmm2",       \
-        "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",      \
-        "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25",        \
-        "xmm26", "xmm27", "xmm28")
+      : MOE_PROBE_CLOBBERS)
 
 // 8 tokens over a 64-row block as 6 + 2, walked in chunks of `chunk` k-steps: the 6-token pass streams a chunk,
 // then the 2-token pass reruns it from L1/L2. The prefetches into L2, 8 KiB ahead, are split in proportion to
