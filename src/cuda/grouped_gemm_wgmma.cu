@@ -7,9 +7,10 @@
 //   warpgroups 1 and 2: the consumers. Each owns 64 of the 128 rows and issues m64n256k16 wgmmas from the
 //     stage, keeps one k-block of wgmmas in flight, and frees a stage (its "empty" mbarrier) once the
 //     wgmmas that read it have retired. Then the epilogue: SwiGLU in registers (gate and up columns sit
-//     in the same thread) and bf16 stores, masked to the tile's segment and to N. With the staged epilogue
-//     (an option, STAGED at the kernel) the stores go to a shared-memory buffer instead, which warps 1-3 of
-//     warpgroup 0 copy to C while the consumers run the next unit (3 stages then, not 4).
+//     in the same thread) and bf16 stores, masked to the tile's segment and to N (where N allows, lanes
+//     swap column pairs so that each quad's stores fill whole 32-byte sectors: SECTOR STORES below). With
+//     the staged epilogue (an option, STAGED at the kernel) the stores go to a shared-memory buffer instead,
+//     which warps 1-3 of warpgroup 0 copy to C while the consumers run the next unit (3 stages then, not 4).
 // Work units are (row tile of the device tile map, column tile), rastered so that a group of row tiles
 // (8 by default) walks every column tile together: the rows stay in L2, and the row tiles of one expert
 // read its weight tiles at about the same time, so that most weight bytes come from memory once. The
@@ -131,6 +132,7 @@ struct WgmmaParams {
   bool half_tiles;      // WgmmaSchedule::half_tiles
   WgmmaSchedule::L2Hint a_hint, b_hint;
   bool claimed_units;   // WgmmaSchedule::claimed_units (pairs: the first block of each pair claims)
+  bool sector_stores;   // the unstaged epilogue stores 8 bytes a lane, a 32-byte sector a quad (N % 16 == 0, C aligned)
   int32_t* scheduler;   // GroupedGemmArgs::scheduler: the next unclaimed unit, the blocks done, the mailboxes
 };
 
@@ -212,6 +214,11 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtens
       ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar), "h"(cta_mask), "l"(policy)
       : "memory");
+}
+
+__device__ __forceinline__ __nv_bfloat162 shfl_xor_bf162(__nv_bfloat162 v, int mask) {
+  const uint32_t bits = __shfl_xor_sync(0xffffffffu, *reinterpret_cast<const uint32_t*>(&v), mask);
+  return *reinterpret_cast<const __nv_bfloat162*>(&bits);
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -626,6 +633,33 @@ static __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         post_buffer(staged);
+      } else if (p.sector_stores) {
+        // SECTOR STORES. Lanes 2m and 2m + 1 of a quad swap halves of their column pairs of output blocks j and j + 1, so that
+        // each lane holds 4 adjacent columns of one block and the quad's four 8-byte stores fill the row's 32-byte
+        // sector of the two blocks. NOTE: measured on the H200 (bench/RESULTS.md, 20th session): with 4-byte
+        // stores each sector took two half writes; now the down GEMM at DeepSeek-V3 T=8192 writes a third fewer
+        // L2 sectors and runs 3.45 -> 3.34 ms, the layer 1.4% faster; even elsewhere (Qwen3 T=512 +0.8%).
+        const bool odd = lane % 2 != 0;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int tile_r = consumer * 64 + warp * 16 + lane / 4 + half * 8;
+          const bool row_valid = tile_r < u.rows;  // uniform over the quad: every lane takes part in the swaps
+          bf16* out_row = p.c + (int64_t{u.row0} + tile_r) * p.n;
+#pragma unroll
+          for (int j = 0; j < OUT_J; j += 2) {
+            const __nv_bfloat162 v0 = out_pair(j, half), v1 = out_pair(j + 1, half);
+            const __nv_bfloat162 other = shfl_xor_bf162(odd ? v0 : v1, 1);
+            // Even lane 2m: columns 4m..4m + 3 of block j; odd lane 2m + 1: the same columns of block j + 1.
+            const int64_t column = n0 + (j + (odd ? 1 : 0)) * 8 + (lane % 4 / 2) * 4;
+            const __nv_bfloat162 lo = odd ? other : v0, hi = odd ? v1 : other;
+            if (row_valid && column < p.n) {  // N % 16 == 0: a group of 4 columns is all in or all out
+              uint2 packed;
+              packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+              packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+              *reinterpret_cast<uint2*>(out_row + column) = packed;
+            }
+          }
+        }
       } else {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -680,6 +714,14 @@ static __global__ void __launch_bounds__(kThreads, 1)
 #else
   __trap();
 #endif
+}
+
+// MOE_WGMMA_SECTOR_STORES=on|off: the unstaged epilogue's sector-wide stores (on by default where N and C allow).
+bool sector_stores_enabled() {
+  static const bool on =
+      env_on_off("MOE_WGMMA_SECTOR_STORES", "whether the wgmma epilogue stores 8 bytes a lane (a sector a quad)")
+          .value_or(true);
+  return on;
 }
 
 // cuTensorMapEncodeTiled from the driver through the runtime, so that nothing links libcuda.
@@ -788,7 +830,10 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
                       .max_tiles = static_cast<int32_t>(g.max_tiles), .tall_rows = g.tall_rows,
                       .raster_rows = schedule.raster_rows,
                       .half_tiles = schedule.half_tiles, .a_hint = schedule.a_hint, .b_hint = schedule.b_hint,
-                      .claimed_units = schedule.claimed_units, .scheduler = g.scheduler};
+                      .claimed_units = schedule.claimed_units,
+                      .sector_stores = g.n % 16 == 0 && reinterpret_cast<uintptr_t>(g.c) % 32 == 0 &&
+                                       sector_stores_enabled(),
+                      .scheduler = g.scheduler};
   const auto launch = [&]<bool PAIRS>() {
     if (schedule.staged_epilogue) {
       launch_instance<SWIGLU, PAIRS, true>(map_a, map_b, map_tall, p, g.max_tiles, stream);

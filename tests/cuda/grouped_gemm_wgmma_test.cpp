@@ -8,7 +8,9 @@
 // straddle experts, a lone last tile; the staged epilogue with and without pairs), each with and without
 // tall tiles (an expert's last tile taking up to 32 more rows), and cases are built for the edges of half
 // tiles (segments whose last tile holds 1, 63, 64, 65 or 127 rows, large experts next to small ones) and of
-// tall tiles (129, 160, 161, 256 + 24 rows).
+// tall tiles (129, 160, 161, 256 + 24 rows). The unstaged epilogue stores a 32-byte sector a quad where N is a
+// multiple of 16 (N = 64, 128, 192, 256, 512, 1536 here, with masked rows and columns) and 4 bytes a lane
+// elsewhere (N = 136, 200, 520).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
