@@ -7,6 +7,7 @@
 // process over 1 GiB of cold weights on huge pages (K = 4096, Mixtral's gate/up blocks), 2 threads:
 //   lib 6+2      moe::cpu::avx512_kernels(hardware prefetch).gate_up_bf16, n = 6 then n = 2, per 64-row block;
 //   lib 6+2 sw   the same with the library's software prefetch (t0 4 KiB and t1 16 KiB ahead)
+//   lib wide 8   the library's wide panel (20th session): n = 8 in one call, one pass by 32-row halves
 //   8x48 ...     one pass, 8 tokens, over 48-row blocks [k pairs][48 rows][2] (sums stored, no SwiGLU), with no
 //                software prefetch or prefetcht0 / t1 / t2 of the k-step's 3 lines 1-16 KiB ahead
 //   read         every cache line loaded (vpxord from memory), the read ceiling
@@ -190,7 +191,7 @@ int main() {
 
   // The variants: the library's 6 + 2 (hardware or software prefetch), 8 x 48 with a prefetch (0-7 as in
   // dot_8x48), the read probe; warm ones rerun the thread's first block.
-  enum class Kind { lib, lib_sw, asm8x48, read, chunked };
+  enum class Kind { lib, lib_sw, asm8x48, read, chunked, lib_wide };
   struct Variant {
     const char* name;
     Kind kind;
@@ -199,6 +200,7 @@ int main() {
   };
   const Variant variants[] = {
       {"lib 6+2", Kind::lib, 0, false},       {"lib 6+2 sw", Kind::lib_sw, 0, false},
+      {"lib wide 8", Kind::lib_wide, 0, false}, {"lib wide 8 warm", Kind::lib_wide, 0, true},
       {"8x48", Kind::asm8x48, 0, false},      {"t0 1K", Kind::asm8x48, 1, false},
       {"t0 4K", Kind::asm8x48, 3, false},     {"t1 4K", Kind::asm8x48, 5, false},
       {"t1 8K", Kind::asm8x48, 4, false},     {"t1 16K", Kind::asm8x48, 6, false},
@@ -214,7 +216,16 @@ int main() {
       alignas(64) float out[kTokens * 64];
       alignas(64) uint16_t act[kTokens][32];
       uint64_t sink = 0;
-      if (v.kind == Kind::lib || v.kind == Kind::lib_sw) {
+      if (v.kind == Kind::lib_wide) {  // the library's wide panel: all 8 tokens in one pass, by halves
+        const int64_t block = 64 * kK * 2, n = kBytes / block;
+        for (int64_t b = n * thread / kThreads; b < n * (thread + 1) / kThreads; ++b) {
+          const int64_t at = v.warm ? n * thread / kThreads : b;
+          moe::cpu::GateUpBf16Args a{.w = reinterpret_cast<const uint16_t*>(w + at * block), .k_pairs = kPairs,
+                                     .x = {}, .act = {}, .n = 8};
+          for (int t = 0; t < 8; ++t) a.x[t] = xp[t], a.act[t] = act[t];
+          lib.gate_up_bf16(a);
+        }
+      } else if (v.kind == Kind::lib || v.kind == Kind::lib_sw) {
         const moe::cpu::KernelTable& k = v.kind == Kind::lib_sw ? lib_sw : lib;
         const int64_t block = 64 * kK * 2, n = kBytes / block;
         for (int64_t b = n * thread / kThreads; b < n * (thread + 1) / kThreads; ++b) {

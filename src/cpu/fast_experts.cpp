@@ -163,6 +163,11 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
   ThreadPool& pool = ThreadPool::global();
   const int n_threads = pool.size();
   const bool bf16 = format == WeightFormat::bf16;
+  // An expert's panel size: bf16 experts of panel + 1 .. wide_panel tokens run them all in one wide panel, a
+  // single pass over each block (KernelTable::wide_panel), the others panels of at most `panel`.
+  const auto panel_for = [&](int64_t count) {
+    return bf16 && count > kernels.panel && count <= kernels.wide_panel ? static_cast<int>(count) : kernels.panel;
+  };
 
   // Pass 0: the tokens' activations, [T, Hp] bf16, or u8 + a scale per token.
   Tensor xq = Tensor::empty(bf16 ? DType::BF16 : DType::U8, {T, Hp});
@@ -213,7 +218,7 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
         const ExpertRows& s = segs[items[it].segment];
         const PackedExpert& e = *s.expert;
         const int64_t b = items[it].block;
-        for_each_panel(s.count, kernels.panel, [&](int64_t begin, int n) {
+        for_each_panel(s.count, panel_for(s.count), [&](int64_t begin, int n) {
           if (bf16) {
             GateUpBf16Args a{.w = e.gate_up.bf16_block(b), .k_pairs = Hp / 2, .x = {}, .act = {}, .n = n};
             for (int i = 0; i < n; ++i) {
@@ -274,7 +279,7 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
         if (bf16) {
           for (int64_t p0 = 0; p0 < Ip / 2; p0 += kDownChunkPairs) {
             const int64_t pairs = std::min(kDownChunkPairs, Ip / 2 - p0);
-            for_each_panel(s.count, kernels.panel, [&](int64_t begin, int n) {
+            for_each_panel(s.count, panel_for(s.count), [&](int64_t begin, int n) {
               DownBf16Args a{.w = e.down.bf16_block(b) + p0 * 2 * kBlockRows, .k_pairs = pairs, .x = {}, .out = {},
                              .weight = {}, .valid_rows = valid, .n = n};
               for (int i = 0; i < n; ++i) {

@@ -40,22 +40,24 @@ struct PackedExpert {
   PackedMatrix down;             // hidden_pad / 64 blocks, k = intermediate_pad
 };
 
-// One call runs one block of 64 weight rows against n <= kMaxPanel tokens.
+// One call runs one block of 64 weight rows against n <= kMaxPanel tokens (bf16: n <= kMaxWidePanel, where
+// the ISA has wide panels: KernelTable::wide_panel).
 inline constexpr int kMaxPanel = 6;
+inline constexpr int kMaxWidePanel = 12;
 
 struct GateUpBf16Args {
   const uint16_t* w;         // the block
   int64_t k_pairs;
-  const uint32_t* x[kMaxPanel];  // each token's bf16 pairs [k_pairs]
-  uint16_t* act[kMaxPanel];      // each token's 32 bf16 outputs silu(gate) * up
+  const uint32_t* x[kMaxWidePanel];  // each token's bf16 pairs [k_pairs]
+  uint16_t* act[kMaxWidePanel];      // each token's 32 bf16 outputs silu(gate) * up
   int n;
 };
 struct DownBf16Args {
   const uint16_t* w;  // the block, at pair p0 of a k chunk
   int64_t k_pairs;    // pairs in the chunk
-  const uint32_t* x[kMaxPanel];  // each token's activation pairs, from p0
-  float* out[kMaxPanel];         // each token's 64 output values (+= weight * result)
-  float weight[kMaxPanel];
+  const uint32_t* x[kMaxWidePanel];  // each token's activation pairs, from p0
+  float* out[kMaxWidePanel];         // each token's 64 output values (+= weight * result)
+  float weight[kMaxWidePanel];
   int valid_rows;  // rows of the block inside the hidden size
   int n;
 };
@@ -84,6 +86,8 @@ struct DownInt8Args {
 
 struct KernelTable {
   int panel;  // tokens per call the ISA's register file suits
+  // bf16: panels of panel + 1 .. wide_panel tokens also run in one call, one pass over the block (0: none).
+  int wide_panel;
   void (*gate_up_bf16)(const GateUpBf16Args&);
   void (*down_bf16)(const DownBf16Args&);
   void (*gate_up_int8)(const GateUpInt8Args&);

@@ -1,5 +1,5 @@
-// AVX-512 micro-kernels of the fast CPU experts: one block of 64 weight rows × a panel of up to 6 tokens,
-// 24 independent accumulators (vdpbf16ps / vpdpbusd have a latency of several cycles at one issue per cycle:
+// AVX-512 micro-kernels of the fast CPU experts: one block of 64 weight rows × a panel of up to 6 tokens
+// (bf16: up to 12, the wide panels below), 24 independent accumulators (vdpbf16ps / vpdpbusd have a latency of several cycles at one issue per cycle:
 // fewer chains leave the unit idle). Layout and arguments: fast_kernels.h.
 #include <immintrin.h>
 
@@ -200,6 +200,113 @@ template <int N, bool kBf16, bool kSoftwarePrefetch, class W>
   }
 }
 
+// Wide panels (bf16, 7-12 tokens): one pass over the block with every token, in chunks of kWideChunkSteps k
+// pairs; a chunk runs rows 0-31 (tiles 0-1) for all tokens, then rows 32-63 (tiles 2-3), so that a half's two
+// accumulators a token fit the register file (2 x 12 + 3 zmm), and the other half's wait in memory. Each half
+// prefetches half of the next chunk (contiguous bytes) into L2, so that the stream from DRAM runs under both
+// halves' math.
+// NOTE: at 7-12 tokens an expert the math and the weight stream take about equal time on 2 Zen 4 cores (Mixtral
+// T=32, Qwen3 T=128); the 6 + n split streamed the block during the 6-token pass only and read it from cache
+// for the second with DRAM idle (37.7-39.1 GB/s in the fast memory state), where one pass with all 8 tokens and
+// L2 prefetch 16 KiB ahead streamed 48-54 GB/s (scripts/cpu/panel_probe.cpp, bench/RESULTS.md, 19th session).
+constexpr int64_t kWideChunkSteps = 64;  // 16 KiB of the block stream
+struct WideHalfArgs {
+  const void* w;         // the half's first line at the chunk's first k pair
+  int64_t neg_steps;     // -(k pairs in the chunk)
+  const void* prefetch;  // where this half's prefetches into L2 start: its half of the next chunk's bytes
+  const uint32_t* x[kMaxWidePanel];  // each token's pairs, at the chunk's end (the loop indexes from -steps to 0)
+};
+// Token n of a wide panel: its pointer's slot in WideHalfArgs and its 2 accumulators' numbers.
+#define MOE_WIDE_TOKEN(n, a0, a1) "moe_wtoken " #n ", " #a0 ", " #a1 "\n\t"
+#define MOE_WIDE_TOKENS_7                                                                                   \
+  MOE_WIDE_TOKEN(0, 0, 1) MOE_WIDE_TOKEN(1, 2, 3) MOE_WIDE_TOKEN(2, 4, 5) MOE_WIDE_TOKEN(3, 6, 7)           \
+  MOE_WIDE_TOKEN(4, 8, 9) MOE_WIDE_TOKEN(5, 10, 11) MOE_WIDE_TOKEN(6, 12, 13)
+#define MOE_WIDE_TOKENS_8 MOE_WIDE_TOKENS_7 MOE_WIDE_TOKEN(7, 14, 15)
+#define MOE_WIDE_TOKENS_9 MOE_WIDE_TOKENS_8 MOE_WIDE_TOKEN(8, 16, 17)
+#define MOE_WIDE_TOKENS_10 MOE_WIDE_TOKENS_9 MOE_WIDE_TOKEN(9, 18, 19)
+#define MOE_WIDE_TOKENS_11 MOE_WIDE_TOKENS_10 MOE_WIDE_TOKEN(10, 20, 21)
+#define MOE_WIDE_TOKENS_12 MOE_WIDE_TOKENS_11 MOE_WIDE_TOKEN(11, 22, 23)
+#define MOE_WIDE_ACCUMULATORS_7 "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13"
+#define MOE_WIDE_ACCUMULATORS_8 MOE_WIDE_ACCUMULATORS_7 ", 14, 15"
+#define MOE_WIDE_ACCUMULATORS_9 MOE_WIDE_ACCUMULATORS_8 ", 16, 17"
+#define MOE_WIDE_ACCUMULATORS_10 MOE_WIDE_ACCUMULATORS_9 ", 18, 19"
+#define MOE_WIDE_ACCUMULATORS_11 MOE_WIDE_ACCUMULATORS_10 ", 20, 21"
+#define MOE_WIDE_ACCUMULATORS_12 MOE_WIDE_ACCUMULATORS_11 ", 22, 23"
+// One half of one chunk: the half's sums (zmm 2n, 2n + 1 of token n, 64 bytes apart in `sums`) loaded, the
+// k-loop over the chunk, the sums stored back. The half's 2 weight vectors in zmm24-25, a broadcast in zmm26.
+#define MOE_WIDE_HALF(TOKENS, ACCUMULATORS)                                                              \
+  asm volatile(                                                                                          \
+      ".macro moe_wtoken n, a0, a1\n\t"                                                                  \
+      "mov 24+8*\\n(%[a]), %%r8\n\t"                                                                    \
+      "vpbroadcastd (%%r8,%%rdx,4), %%zmm26\n\t"                                                         \
+      "vdpbf16ps %%zmm24, %%zmm26, %%zmm\\a0\n\t"                                                        \
+      "vdpbf16ps %%zmm25, %%zmm26, %%zmm\\a1\n\t"                                                        \
+      ".endm\n\t"                                                                                        \
+      ".irp i, " ACCUMULATORS "\n\tvmovups 64*\\i(%[s]), %%zmm\\i\n\t.endr\n\t"                      \
+      "mov 0(%[a]), %%rax\n\tmov 8(%[a]), %%rdx\n\tmov 16(%[a]), %%r9\n\t"                              \
+      "test %%rdx, %%rdx\n\tjz 2f\n\t"                                                                  \
+      "1:\n\t"                                                                                           \
+      "prefetcht1 (%%r9)\n\tprefetcht1 64(%%r9)\n\tadd $128, %%r9\n\t"                                 \
+      "vmovdqu64 0(%%rax), %%zmm24\n\tvmovdqu64 64(%%rax), %%zmm25\n\t" TOKENS                           \
+      "add $256, %%rax\n\tinc %%rdx\n\tjnz 1b\n\t"                                                      \
+      "2:\n\t"                                                                                           \
+      ".irp i, " ACCUMULATORS "\n\tvmovups %%zmm\\i, 64*\\i(%[s])\n\t.endr\n\t"                      \
+      ".purgem moe_wtoken"                                                                               \
+      :                                                                                                  \
+      : [a] "r"(&args), [s] "r"(sums)                                                                    \
+      : "rax", "rdx", "r8", "r9", "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",  \
+        "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",      \
+        "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26")
+
+template <int N>
+[[gnu::always_inline]] inline void wide_half(const WideHalfArgs& args, float* sums) {
+  static_assert(N >= 7 && N <= kMaxWidePanel, "wide panels hold 7-12 tokens");
+  if constexpr (N == 7) MOE_WIDE_HALF(MOE_WIDE_TOKENS_7, MOE_WIDE_ACCUMULATORS_7);
+  if constexpr (N == 8) MOE_WIDE_HALF(MOE_WIDE_TOKENS_8, MOE_WIDE_ACCUMULATORS_8);
+  if constexpr (N == 9) MOE_WIDE_HALF(MOE_WIDE_TOKENS_9, MOE_WIDE_ACCUMULATORS_9);
+  if constexpr (N == 10) MOE_WIDE_HALF(MOE_WIDE_TOKENS_10, MOE_WIDE_ACCUMULATORS_10);
+  if constexpr (N == 11) MOE_WIDE_HALF(MOE_WIDE_TOKENS_11, MOE_WIDE_ACCUMULATORS_11);
+  if constexpr (N == 12) MOE_WIDE_HALF(MOE_WIDE_TOKENS_12, MOE_WIDE_ACCUMULATORS_12);
+}
+#undef MOE_WIDE_HALF
+#undef MOE_WIDE_ACCUMULATORS_12
+#undef MOE_WIDE_ACCUMULATORS_11
+#undef MOE_WIDE_ACCUMULATORS_10
+#undef MOE_WIDE_ACCUMULATORS_9
+#undef MOE_WIDE_ACCUMULATORS_8
+#undef MOE_WIDE_ACCUMULATORS_7
+#undef MOE_WIDE_TOKENS_12
+#undef MOE_WIDE_TOKENS_11
+#undef MOE_WIDE_TOKENS_10
+#undef MOE_WIDE_TOKENS_9
+#undef MOE_WIDE_TOKENS_8
+#undef MOE_WIDE_TOKENS_7
+#undef MOE_WIDE_TOKEN
+
+// acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs, as dot_block, for a wide panel.
+template <int N>
+[[gnu::always_inline]] inline void dot_wide(const uint16_t* w, int64_t k_pairs, const uint32_t* const* x,
+                                            __m512 (&acc)[kTiles][N]) {
+  alignas(64) float sums[2][N][2][16] = {};  // [half][token][tile of the half]
+  WideHalfArgs args{};
+  const char* const block = reinterpret_cast<const char*>(w);
+  for (int64_t p0 = 0; p0 < k_pairs; p0 += kWideChunkSteps) {
+    const int64_t steps = k_pairs - p0 < kWideChunkSteps ? k_pairs - p0 : kWideChunkSteps;
+    args.neg_steps = -steps;
+    for (int n = 0; n < N; ++n) args.x[n] = x[n] + p0 + steps;
+    for (int half = 0; half < 2; ++half) {
+      args.w = block + p0 * kBlockRows * 4 + half * 2 * 64;
+      // The next chunk is one contiguous stretch: each half prefetches its own half of it, 2 lines a k pair.
+      args.prefetch = block + (p0 + kWideChunkSteps) * kBlockRows * 4 + half * kWideChunkSteps * 2 * 64;
+      wide_half<N>(args, &sums[half][0][0][0]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int n = 0; n < N; ++n)
+#pragma GCC unroll 4
+    for (int r = 0; r < kTiles; ++r) acc[r][n] = _mm512_load_ps(sums[r / 2][n][r % 2]);
+}
+
 inline void add_scaled_rows(float* out, const __m512 (&v)[kTiles], float weight, int valid_rows) {
   const __m512 w = _mm512_set1_ps(weight);
 #pragma GCC unroll 8
@@ -234,6 +341,29 @@ void down_bf16(const DownBf16Args& a) {
   for (int n = 0; n < N; ++n) {
     const __m512 v[kTiles] = {_mm512_castsi512_ps(acc[0][n]), _mm512_castsi512_ps(acc[1][n]),
                               _mm512_castsi512_ps(acc[2][n]), _mm512_castsi512_ps(acc[3][n])};
+    add_scaled_rows(a.out[n], v, a.weight[n], a.valid_rows);
+  }
+}
+
+template <int N>
+void gate_up_bf16_wide(const GateUpBf16Args& a) {
+  __m512 acc[kTiles][N];
+  dot_wide<N>(a.w, a.k_pairs, a.x, acc);
+#pragma GCC unroll 12
+  for (int n = 0; n < N; ++n) {
+    const __m512 h0 = silu_mul_ps(acc[0][n], acc[2][n]);
+    const __m512 h1 = silu_mul_ps(acc[1][n], acc[3][n]);
+    _mm512_storeu_si512(a.act[n], (__m512i)_mm512_cvtne2ps_pbh(h1, h0));  // RNE; h0 in the low half
+  }
+}
+
+template <int N>
+void down_bf16_wide(const DownBf16Args& a) {
+  __m512 acc[kTiles][N];
+  dot_wide<N>(a.w, a.k_pairs, a.x, acc);
+#pragma GCC unroll 12
+  for (int n = 0; n < N; ++n) {
+    const __m512 v[kTiles] = {acc[0][n], acc[1][n], acc[2][n], acc[3][n]};
     add_scaled_rows(a.out[n], v, a.weight[n], a.valid_rows);
   }
 }
@@ -289,12 +419,30 @@ template <int N, bool P> struct DownBf16 { static void run(const DownBf16Args& a
 template <int N, bool P> struct GateUpInt8 { static void run(const GateUpInt8Args& a) { gate_up_int8<N, P>(a); } };
 template <int N, bool P> struct DownInt8 { static void run(const DownInt8Args& a) { down_int8<N, P>(a); } };
 
+// bf16 panels of 7-12 tokens take the wide kernels (which always prefetch: without, one pass with 8 tokens was
+// latency-bound at 30-31 GB/s in the probe, on Zen 4 too), the rest by_panel.
+template <template <int> class Wide, template <int, bool> class K, bool P, class Args>
+void by_wide_panel(const Args& a) {
+  switch (a.n) {
+    case 7: return Wide<7>::run(a);
+    case 8: return Wide<8>::run(a);
+    case 9: return Wide<9>::run(a);
+    case 10: return Wide<10>::run(a);
+    case 11: return Wide<11>::run(a);
+    case 12: return Wide<12>::run(a);
+    default: return by_panel<K, P, Args>(a);
+  }
+}
+template <int N> struct GateUpBf16Wide { static void run(const GateUpBf16Args& a) { gate_up_bf16_wide<N>(a); } };
+template <int N> struct DownBf16Wide { static void run(const DownBf16Args& a) { down_bf16_wide<N>(a); } };
+
 template <bool kSoftwarePrefetch>
 const KernelTable& kernels() {
   static const KernelTable table{
       .panel = kMaxPanel,
-      .gate_up_bf16 = &by_panel<GateUpBf16, kSoftwarePrefetch, GateUpBf16Args>,
-      .down_bf16 = &by_panel<DownBf16, kSoftwarePrefetch, DownBf16Args>,
+      .wide_panel = kMaxWidePanel,
+      .gate_up_bf16 = &by_wide_panel<GateUpBf16Wide, GateUpBf16, kSoftwarePrefetch, GateUpBf16Args>,
+      .down_bf16 = &by_wide_panel<DownBf16Wide, DownBf16, kSoftwarePrefetch, DownBf16Args>,
       .gate_up_int8 = &by_panel<GateUpInt8, kSoftwarePrefetch, GateUpInt8Args>,
       .down_int8 = &by_panel<DownInt8, kSoftwarePrefetch, DownInt8Args>,
   };

@@ -292,7 +292,11 @@ TEST(FastExperts, MatchReferenceOnOddShapes) {
   for (const Shape s : {Shape{1, 64, 32, 4, 2}, Shape{2, 72, 40, 3, 1}, Shape{13, 130, 70, 5, 2}, Shape{97, 72, 33, 7, 3},
                         Shape{31, 256, 96, 12, 4}, Shape{3, 48, 24, 3, 3},
                         // 7-23 rows per expert: a full first panel, then shorter ones (for_each_panel)
-                        Shape{9, 130, 40, 1, 1}, Shape{12, 64, 32, 1, 1}, Shape{23, 96, 48, 3, 1}})
+                        Shape{9, 130, 40, 1, 1}, Shape{12, 64, 32, 1, 1}, Shape{23, 96, 48, 3, 1},
+                        // bf16 wide panels (7-12 rows an expert, one pass in chunks of 64 k pairs): 2 full
+                        // chunks of gate/up and 1 + a part of down; 2.5 and exactly 1; 13 rows keep panels of <= 6
+                        Shape{10, 200, 136, 1, 1}, Shape{8, 320, 100, 1, 1}, Shape{7, 72, 33, 1, 1},
+                        Shape{13, 130, 70, 1, 1}})
     for (DType dtype : {DType::F32, DType::BF16, DType::F16})
       for (WeightFormat format : {WeightFormat::bf16, WeightFormat::int8}) {
         const Case c = random_case(rng, s.T, s.H, s.I, s.E, s.k, dtype);
