@@ -286,7 +286,7 @@ template <int N>
 // acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p] over k pairs, as dot_block, for a wide panel.
 template <int N>
 [[gnu::always_inline]] inline void dot_wide(const uint16_t* w, int64_t k_pairs, const uint32_t* const* x,
-                                            __m512 (&acc)[kTiles][N]) {
+                                            __m512i (&acc)[kTiles][N]) {
   alignas(64) float sums[2][N][2][16] = {};  // [half][token][tile of the half]
   WideHalfArgs args{};
   const char* const block = reinterpret_cast<const char*>(w);
@@ -304,7 +304,7 @@ template <int N>
 #pragma GCC unroll 12
   for (int n = 0; n < N; ++n)
 #pragma GCC unroll 4
-    for (int r = 0; r < kTiles; ++r) acc[r][n] = _mm512_load_ps(sums[r / 2][n][r % 2]);
+    for (int r = 0; r < kTiles; ++r) acc[r][n] = _mm512_load_si512(sums[r / 2][n][r % 2]);
 }
 
 inline void add_scaled_rows(float* out, const __m512 (&v)[kTiles], float weight, int valid_rows) {
@@ -321,11 +321,16 @@ inline void add_scaled_rows(float* out, const __m512 (&v)[kTiles], float weight,
   }
 }
 
-template <int N, bool P>
+// WIDE: a wide panel's k-loop (dot_wide) in place of dot_block's.
+template <int N, bool P, bool WIDE = false>
 void gate_up_bf16(const GateUpBf16Args& a) {
   __m512i acc[kTiles][N];
-  dot_block<N, true, P>(a.w, a.k_pairs, a.x, acc);
-#pragma GCC unroll 8
+  if constexpr (WIDE) {
+    dot_wide<N>(a.w, a.k_pairs, a.x, acc);
+  } else {
+    dot_block<N, true, P>(a.w, a.k_pairs, a.x, acc);
+  }
+#pragma GCC unroll 12
   for (int n = 0; n < N; ++n) {
     const __m512 h0 = silu_mul_ps(_mm512_castsi512_ps(acc[0][n]), _mm512_castsi512_ps(acc[2][n]));
     const __m512 h1 = silu_mul_ps(_mm512_castsi512_ps(acc[1][n]), _mm512_castsi512_ps(acc[3][n]));
@@ -333,37 +338,18 @@ void gate_up_bf16(const GateUpBf16Args& a) {
   }
 }
 
-template <int N, bool P>
+template <int N, bool P, bool WIDE = false>
 void down_bf16(const DownBf16Args& a) {
   __m512i acc[kTiles][N];
-  dot_block<N, true, P>(a.w, a.k_pairs, a.x, acc);
-#pragma GCC unroll 8
+  if constexpr (WIDE) {
+    dot_wide<N>(a.w, a.k_pairs, a.x, acc);
+  } else {
+    dot_block<N, true, P>(a.w, a.k_pairs, a.x, acc);
+  }
+#pragma GCC unroll 12
   for (int n = 0; n < N; ++n) {
     const __m512 v[kTiles] = {_mm512_castsi512_ps(acc[0][n]), _mm512_castsi512_ps(acc[1][n]),
                               _mm512_castsi512_ps(acc[2][n]), _mm512_castsi512_ps(acc[3][n])};
-    add_scaled_rows(a.out[n], v, a.weight[n], a.valid_rows);
-  }
-}
-
-template <int N>
-void gate_up_bf16_wide(const GateUpBf16Args& a) {
-  __m512 acc[kTiles][N];
-  dot_wide<N>(a.w, a.k_pairs, a.x, acc);
-#pragma GCC unroll 12
-  for (int n = 0; n < N; ++n) {
-    const __m512 h0 = silu_mul_ps(acc[0][n], acc[2][n]);
-    const __m512 h1 = silu_mul_ps(acc[1][n], acc[3][n]);
-    _mm512_storeu_si512(a.act[n], (__m512i)_mm512_cvtne2ps_pbh(h1, h0));  // RNE; h0 in the low half
-  }
-}
-
-template <int N>
-void down_bf16_wide(const DownBf16Args& a) {
-  __m512 acc[kTiles][N];
-  dot_wide<N>(a.w, a.k_pairs, a.x, acc);
-#pragma GCC unroll 12
-  for (int n = 0; n < N; ++n) {
-    const __m512 v[kTiles] = {acc[0][n], acc[1][n], acc[2][n], acc[3][n]};
     add_scaled_rows(a.out[n], v, a.weight[n], a.valid_rows);
   }
 }
@@ -433,8 +419,8 @@ void by_wide_panel(const Args& a) {
     default: return by_panel<K, P, Args>(a);
   }
 }
-template <int N> struct GateUpBf16Wide { static void run(const GateUpBf16Args& a) { gate_up_bf16_wide<N>(a); } };
-template <int N> struct DownBf16Wide { static void run(const DownBf16Args& a) { down_bf16_wide<N>(a); } };
+template <int N> struct GateUpBf16Wide { static void run(const GateUpBf16Args& a) { gate_up_bf16<N, true, true>(a); } };
+template <int N> struct DownBf16Wide { static void run(const DownBf16Args& a) { down_bf16<N, true, true>(a); } };
 
 template <bool kSoftwarePrefetch>
 const KernelTable& kernels() {
