@@ -10,28 +10,14 @@ import sys
 
 import torch
 
+from torch_moe_peers import median_us  # the peers' CUDA-event timer (same folder)
+
 SHAPES = {  # H, I, E, k
     "qwen3-30b-a3b": (2048, 768, 128, 8),
     "deepseek-v3": (7168, 2048, 256, 8),
     "mixtral-8x7b": (4096, 14336, 8, 2),
     "olmoe-1b-7b": (2048, 1024, 64, 8),
 }
-
-
-def median_us(fn, repeats, warmups=2):
-    for _ in range(warmups):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():
@@ -42,7 +28,7 @@ def main():
         n = 8192
         a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
         b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-        matmul_us = median_us(lambda: a @ b, 20)
+        matmul_us = median_us(lambda r: a @ b, 20)
         print(json.dumps({"matmul_8192_tflops": round(2 * n**3 / matmul_us / 1e6, 1)}), flush=True)
         del a, b
     for point in sys.argv[1].split(","):
@@ -57,8 +43,8 @@ def main():
         x = torch.randn(E, R, H, device=dev, dtype=torch.bfloat16)
         act = torch.randn(E, R, I, device=dev, dtype=torch.bfloat16)
         reps, warmups = (1, 0) if once else (10 if R * E * H * I > 2e11 else 30, 2)
-        gate_up_us = median_us(lambda: torch.bmm(x, w13.transpose(1, 2)), reps, warmups)
-        down_us = median_us(lambda: torch.bmm(act, w2.transpose(1, 2)), reps, warmups)
+        gate_up_us = median_us(lambda r: torch.bmm(x, w13.transpose(1, 2)), reps, warmups)
+        down_us = median_us(lambda r: torch.bmm(act, w2.transpose(1, 2)), reps, warmups)
         flops = 2 * E * R * (2 * I * H + H * I)
         print(json.dumps({"shape": name, "tokens": T, "rows_per_expert": R, "bmm_gate_up_us": round(gate_up_us, 1),
                           "bmm_down_us": round(down_us, 1), "bmm_both_us": round(gate_up_us + down_us, 1),

@@ -69,21 +69,25 @@ def grouped_layer(x, gate, bias, w13t, w2t, k, method):
     return out
 
 
-def time_us(fn, inputs, repeats):
-    for x in inputs[:2]:
-        fn(x)
+def median_us(run, repeats, warmups=2):
+    """Median of `repeats` timed calls run(r) (CUDA events, us), after `warmups` untimed calls."""
+    for r in range(warmups):
+        run(r)
     torch.cuda.synchronize()
     times = []
     for r in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        x = inputs[r % len(inputs)]
         start.record()
-        fn(x)
+        run(r)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
     times.sort()
     return times[len(times) // 2]
+
+
+def time_us(fn, inputs, repeats):
+    return median_us(lambda r: fn(inputs[r % len(inputs)]), repeats, warmups=min(2, len(inputs)))
 
 
 def main():
