@@ -166,7 +166,8 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
   // An expert's panel size: bf16 experts of panel + 1 .. wide_panel tokens run them all in one wide panel, a
   // single pass over each block (KernelTable::wide_panel), the others panels of at most `panel`.
   const auto panel_for = [&](int64_t count) {
-    return bf16 && count > kernels.panel && count <= kernels.wide_panel ? static_cast<int>(count) : kernels.panel;
+    const bool wide = bf16 && count > kernels.panel && count <= kernels.wide_panel;
+    return wide ? static_cast<int>(count) : kernels.panel;
   };
 
   // Pass 0: the tokens' activations, [T, Hp] bf16, or u8 + a scale per token.

@@ -1,6 +1,7 @@
 // AVX-512 micro-kernels of the fast CPU experts: one block of 64 weight rows × a panel of up to 6 tokens
-// (bf16: up to 12, the wide panels below), 24 independent accumulators (vdpbf16ps / vpdpbusd have a latency of several cycles at one issue per cycle:
-// fewer chains leave the unit idle). Layout and arguments: fast_kernels.h.
+// (bf16: up to 12, the wide panels below), 24 independent accumulators (vdpbf16ps / vpdpbusd have a latency
+// of several cycles at one issue per cycle: fewer chains leave the unit idle). Layout and arguments:
+// fast_kernels.h.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -205,16 +206,17 @@ template <int N, bool kBf16, bool kSoftwarePrefetch, class W>
 // accumulators a token fit the register file (2 x 12 + 3 zmm), and the other half's wait in memory. Each half
 // prefetches half of the next chunk (contiguous bytes) into L2, so that the stream from DRAM runs under both
 // halves' math.
-// NOTE: at 7-12 tokens an expert the math and the weight stream take about equal time on 2 Zen 4 cores (Mixtral
-// T=32, Qwen3 T=128); the 6 + n split streamed the block during the 6-token pass only and read it from cache
-// for the second with DRAM idle (37.7-39.1 GB/s in the fast memory state), where one pass with all 8 tokens and
-// L2 prefetch 16 KiB ahead streamed 48-54 GB/s (scripts/cpu/panel_probe.cpp, bench/RESULTS.md, 19th session).
+// NOTE: at 7-12 tokens an expert the math and the weight stream take about equal time on 2 Zen 4 cores
+// (Mixtral T=32, Qwen3 T=128); the 6 + n split streamed the block during the 6-token pass only and read it
+// from cache for the second with DRAM idle (bench/RESULTS.md, 19th session). Measured (20th session): Mixtral
+// T=32 1.40 -> 1.31x its floor in the fast memory state, even in the slow one.
 constexpr int64_t kWideChunkSteps = 64;  // 16 KiB of the block stream
 struct WideHalfArgs {
   const void* w;         // the half's first line at the chunk's first k pair
   int64_t neg_steps;     // -(k pairs in the chunk)
   const void* prefetch;  // where this half's prefetches into L2 start: its half of the next chunk's bytes
-  const uint32_t* x[kMaxWidePanel];  // each token's pairs, at the chunk's end (the loop indexes from -steps to 0)
+  // Each token's pairs, at the chunk's end (the loop indexes from -steps to 0).
+  const uint32_t* x[kMaxWidePanel];
 };
 // Token n of a wide panel: its pointer's slot in WideHalfArgs and its 2 accumulators' numbers.
 #define MOE_WIDE_TOKEN(n, a0, a1) "moe_wtoken " #n ", " #a0 ", " #a1 "\n\t"
@@ -405,8 +407,9 @@ template <int N, bool P> struct DownBf16 { static void run(const DownBf16Args& a
 template <int N, bool P> struct GateUpInt8 { static void run(const GateUpInt8Args& a) { gate_up_int8<N, P>(a); } };
 template <int N, bool P> struct DownInt8 { static void run(const DownInt8Args& a) { down_int8<N, P>(a); } };
 
-// bf16 panels of 7-12 tokens take the wide kernels (which always prefetch: without, one pass with 8 tokens was
-// latency-bound at 30-31 GB/s in the probe, on Zen 4 too), the rest by_panel.
+// bf16 panels of 7-12 tokens take the wide kernels, the rest by_panel. The wide k-loop always prefetches: the
+// hardware prefetcher does not follow its half-row pattern (without, Mixtral T=32 ran 2.6x its floor on Zen 4;
+// bench/RESULTS.md, 20th session).
 template <template <int> class Wide, template <int, bool> class K, bool P, class Args>
 void by_wide_panel(const Args& a) {
   switch (a.n) {
@@ -419,8 +422,14 @@ void by_wide_panel(const Args& a) {
     default: return by_panel<K, P, Args>(a);
   }
 }
-template <int N> struct GateUpBf16Wide { static void run(const GateUpBf16Args& a) { gate_up_bf16<N, true, true>(a); } };
-template <int N> struct DownBf16Wide { static void run(const DownBf16Args& a) { down_bf16<N, true, true>(a); } };
+template <int N>
+struct GateUpBf16Wide {
+  static void run(const GateUpBf16Args& a) { gate_up_bf16<N, true, /*WIDE=*/true>(a); }
+};
+template <int N>
+struct DownBf16Wide {
+  static void run(const DownBf16Args& a) { down_bf16<N, true, /*WIDE=*/true>(a); }
+};
 
 template <bool kSoftwarePrefetch>
 const KernelTable& kernels() {

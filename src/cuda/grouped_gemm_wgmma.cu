@@ -132,7 +132,7 @@ struct WgmmaParams {
   bool half_tiles;      // WgmmaSchedule::half_tiles
   WgmmaSchedule::L2Hint a_hint, b_hint;
   bool claimed_units;   // WgmmaSchedule::claimed_units (pairs: the first block of each pair claims)
-  bool sector_stores;   // the unstaged epilogue stores 8 bytes a lane, a 32-byte sector a quad (N % 16 == 0, C aligned)
+  bool sector_stores;   // SECTOR STORES in the unstaged epilogue (N % 16 == 0, C 32-byte aligned)
   int32_t* scheduler;   // GroupedGemmArgs::scheduler: the next unclaimed unit, the blocks done, the mailboxes
 };
 
@@ -634,11 +634,12 @@ static __global__ void __launch_bounds__(kThreads, 1)
         }
         post_buffer(staged);
       } else if (p.sector_stores) {
-        // SECTOR STORES. Lanes 2m and 2m + 1 of a quad swap halves of their column pairs of output blocks j and j + 1, so that
-        // each lane holds 4 adjacent columns of one block and the quad's four 8-byte stores fill the row's 32-byte
-        // sector of the two blocks. NOTE: measured on the H200 (bench/RESULTS.md, 20th session): with 4-byte
-        // stores each sector took two half writes; now the down GEMM at DeepSeek-V3 T=8192 writes a third fewer
-        // L2 sectors and runs 3.45 -> 3.34 ms, the layer 1.4% faster; even elsewhere (Qwen3 T=512 +0.8%).
+        // SECTOR STORES. Lanes 2m and 2m + 1 of a quad swap halves of their column pairs of output blocks j
+        // and j + 1, so that each lane holds 4 adjacent columns of one block and the quad's four 8-byte stores
+        // fill the row's 32-byte sector of the two blocks. NOTE: measured on the H200 (bench/RESULTS.md, 20th
+        // session): with 4-byte stores each sector took two half writes; now the down GEMM at DeepSeek-V3
+        // T=8192 writes a third fewer L2 sectors and runs 3.45 -> 3.34 ms, the layer 1.4% faster; even
+        // elsewhere (Qwen3 T=512 +0.8%).
         const bool odd = lane % 2 != 0;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
