@@ -216,27 +216,22 @@ int main() {
       alignas(64) float out[kTokens * 64];
       alignas(64) uint16_t act[kTokens][32];
       uint64_t sink = 0;
-      if (v.kind == Kind::lib_wide) {  // the library's wide panel: all 8 tokens in one pass, by halves
-        const int64_t block = 64 * kK * 2, n = kBytes / block;
-        for (int64_t b = n * thread / kThreads; b < n * (thread + 1) / kThreads; ++b) {
-          const int64_t at = v.warm ? n * thread / kThreads : b;
-          moe::cpu::GateUpBf16Args a{.w = reinterpret_cast<const uint16_t*>(w + at * block), .k_pairs = kPairs,
-                                     .x = {}, .act = {}, .n = 8};
-          for (int t = 0; t < 8; ++t) a.x[t] = xp[t], a.act[t] = act[t];
-          lib.gate_up_bf16(a);
-        }
-      } else if (v.kind == Kind::lib || v.kind == Kind::lib_sw) {
+      if (v.kind == Kind::lib || v.kind == Kind::lib_sw || v.kind == Kind::lib_wide) {
+        // The library's panels over each 64-row block: 6 then 2 tokens, or all 8 in one wide panel.
         const moe::cpu::KernelTable& k = v.kind == Kind::lib_sw ? lib_sw : lib;
+        const std::vector<int> panels = v.kind == Kind::lib_wide ? std::vector<int>{8} : std::vector<int>{6, 2};
         const int64_t block = 64 * kK * 2, n = kBytes / block;
         for (int64_t b = n * thread / kThreads; b < n * (thread + 1) / kThreads; ++b) {
           const int64_t at = v.warm ? n * thread / kThreads : b;
           moe::cpu::GateUpBf16Args a{.w = reinterpret_cast<const uint16_t*>(w + at * block), .k_pairs = kPairs,
-                                     .x = {}, .act = {}, .n = 6};
-          for (int t = 0; t < 6; ++t) a.x[t] = xp[t], a.act[t] = act[t];
-          k.gate_up_bf16(a);
-          a.n = 2;
-          for (int t = 0; t < 2; ++t) a.x[t] = xp[6 + t], a.act[t] = act[6 + t];
-          k.gate_up_bf16(a);
+                                     .x = {}, .act = {}, .n = 0};
+          int first = 0;
+          for (const int panel : panels) {
+            a.n = panel;
+            for (int t = 0; t < panel; ++t) a.x[t] = xp[first + t], a.act[t] = act[first + t];
+            k.gate_up_bf16(a);
+            first += panel;
+          }
         }
       } else if (v.kind == Kind::chunked) {
         alignas(64) float acc6[24 * 16], acc2[8 * 16];
