@@ -228,7 +228,13 @@ void CudaMoeLayer::forward(const bf16* x, int64_t T, float* out, int32_t* topk_i
   up.early_dependent_launch = tile_rows <= 48;
   up.staged_epilogue = plan.staged_gate_up;
   if (wgmma) {
-    gather_rows(x, pb.row_token, rows, s.H, s.gathered.get(), stream);
+    // Contiguous: every row is a pair's, so the copy can go in token order (x from DRAM about once); the
+    // padded layout's unused rows must be zeroed, which the copy in row order does.
+    if (capacity < 0) {
+      gather_pair_rows(x, pb.pair_rows, T, k, s.H, s.gathered.get(), stream);
+    } else {
+      gather_rows(x, pb.row_token, rows, s.H, s.gathered.get(), stream);
+    }
     up.a = s.gathered.get();
     up.gather = nullptr;
     up.n_experts = E;

@@ -273,5 +273,40 @@ TEST(CudaWgmmaGroupedGemm, GatherRowsCopiesTokenRowsAndZeroesUnusedOnes) {
   }
 }
 
+TEST(CudaWgmmaGroupedGemm, GatherPairRowsCopiesEachPairsRowAndLeavesOthers) {
+  MOE_SKIP_WITHOUT_GPU();
+  // k = 1, 8 and 32; rows narrower than a warp's 32 chunks and wider than its 256 in flight (8,200 columns:
+  // 1,025 chunks, one past four passes); more pairs than the grid has warps; dropped pairs (-1) and rows of
+  // no pair, which keep what they held.
+  struct Case {
+    int64_t T, H;
+    int k;
+  };
+  for (const Case c : {Case{37, 264, 8}, Case{5, 8200, 32}, Case{20000, 64, 1}, Case{3000, 136, 8}}) {
+    test::TestRng rng;
+    const int64_t pairs = c.T * c.k, rows = pairs + 7;
+    std::vector<uint16_t> x(c.T * c.H), junk(rows * c.H);
+    for (auto& v : x) v = static_cast<uint16_t>(rng.uniform_int(0, 65535));
+    for (auto& v : junk) v = static_cast<uint16_t>(rng.uniform_int(0, 65535));
+    std::vector<int32_t> pair_rows(rows);
+    std::iota(pair_rows.begin(), pair_rows.end(), 0);
+    std::shuffle(pair_rows.begin(), pair_rows.end(), rng.engine());
+    pair_rows.resize(pairs);
+    for (int64_t p = 0; p < pairs; p += 11) pair_rows[p] = -1;
+    std::vector<int64_t> token_of_row(rows, -1);
+    for (int64_t p = 0; p < pairs; ++p)
+      if (pair_rows[p] >= 0) token_of_row[pair_rows[p]] = p / c.k;
+    test::Device<uint16_t> d_x(x), d_out(junk);
+    test::Device<int32_t> d_pair_rows(pair_rows);
+    gather_pair_rows(reinterpret_cast<const bf16*>(d_x.get()), d_pair_rows.get(), c.T, c.k, c.H,
+                     reinterpret_cast<bf16*>(d_out.get()), nullptr);
+    const auto got = d_out.host();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < c.H; ++j)
+        ASSERT_EQ(got[r * c.H + j], token_of_row[r] < 0 ? junk[r * c.H + j] : x[token_of_row[r] * c.H + j])
+            << "H " << c.H << " k " << c.k << " row " << r << " column " << j;
+  }
+}
+
 }  // namespace
 }  // namespace moe::cuda

@@ -199,6 +199,10 @@ void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaS
 // out[r, :] = x[row_token[r], :] for r < n_rows (zeros where row_token[r] < 0); cols a multiple of 8.
 void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_t cols, bf16* out,
                  cudaStream_t stream);
+// The same copy in token order: out[pair_rows[t * top_k + j], :] = x[t, :] for every pair whose row is >= 0
+// (rows of no pair are left as they are); x comes from DRAM about once where it does not fit in L2.
+void gather_pair_rows(const bf16* x, const int32_t* pair_rows, int64_t n_tokens, int top_k, int64_t cols,
+                      bf16* out, cudaStream_t stream);
 
 // Which kernel the layer runs for a batch whose mma.sync tile height would be tile_rows: wgmma where it is
 // available and tile_rows >= 64 (prefill), else mma.sync, at any expert count. MOE_GROUPED_GEMM=mma in the
