@@ -23,6 +23,7 @@
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 #include "router_select.cuh"
+#include "swiglu.cuh"
 
 namespace moe::cuda {
 
@@ -387,7 +388,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
           gs += part[2 * t];
           us += part[2 * t + 1];
         }
-        const float a = gs / (1.0f + __expf(-gs)) * us;
+        const float a = swiglu(gs, us);
         p.act[t * p.act_stride + row] = __float2bfloat16_rn(a);
       }
       __syncthreads();

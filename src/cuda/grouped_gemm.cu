@@ -8,6 +8,7 @@
 
 
 #include "launch.h"
+#include "swiglu.cuh"
 #include "moe/core/env.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
@@ -231,8 +232,8 @@ static __global__ void __launch_bounds__(C::THREADS)
         float v0 = acc[mi][ni][half * 2], v1 = acc[mi][ni][half * 2 + 1];
         if constexpr (SWIGLU) {
           const float u0 = acc[mi][ni + OUT_NI][half * 2], u1 = acc[mi][ni + OUT_NI][half * 2 + 1];
-          v0 = v0 / (1.0f + __expf(-v0)) * u0;
-          v1 = v1 / (1.0f + __expf(-v1)) * u1;
+          v0 = swiglu(v0, u0);
+          v1 = swiglu(v1, u1);
         }
         bf16* out = c + row * n + column;
         if (column + 1 < n) {

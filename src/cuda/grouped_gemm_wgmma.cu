@@ -43,6 +43,7 @@
 #include <utility>
 
 #include "launch.h"
+#include "swiglu.cuh"
 #include "moe/core/env.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
@@ -615,8 +616,8 @@ static __global__ void __launch_bounds__(kThreads, 1)
         float v0 = acc[j * 4 + half * 2], v1 = acc[j * 4 + half * 2 + 1];
         if constexpr (SWIGLU) {
           const float u0 = acc[(j + OUT_J) * 4 + half * 2], u1 = acc[(j + OUT_J) * 4 + half * 2 + 1];
-          v0 = v0 / (1.0f + __expf(-v0)) * u0;
-          v1 = v1 / (1.0f + __expf(-v1)) * u1;
+          v0 = swiglu(v0, u0);
+          v1 = swiglu(v1, u1);
         }
         return __floats2bfloat162_rn(v0, v1);
       };
@@ -696,7 +697,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (SWIGLU) {
               const float g = tall_acc[0][j * 4 + q], up = tall_acc[1][j * 4 + q];
               const int64_t column = n0 + consumer * 64 + w;
-              if (column < p.n) out_row[column] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * up);
+              if (column < p.n) out_row[column] = __float2bfloat16_rn(swiglu(g, up));
             } else {
 #pragma unroll
               for (int slice = 0; slice < 2; ++slice) {
