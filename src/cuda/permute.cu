@@ -1,12 +1,12 @@
-// Permute on the device: count pairs per expert, sort pair indices by expert (a stable radix sort, so
+// Permute on the device: count pairs per expert, sort pair indices by expert (a stable counting sort, so
 // tokens stay in order inside an expert), lay segments out contiguously or with a fixed capacity, and
 // build the grouped GEMM's tile map. No host synchronisation: every size stays on the device.
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_radix_sort.cuh>
 
 #include <string>
 
 #include "launch.h"
+#include "moe/core/env.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 
@@ -15,84 +15,6 @@ namespace moe::cuda {
 namespace {
 
 constexpr int kScanThreads = 1024;  // one thread per expert in the single-block scans
-
-// Pairs per expert: a block counts its kCountPairsPerThread * blockDim.x pairs in shared memory (each thread
-// loads its pairs' ids at once, then counts them), then adds each nonzero count once.
-// NOTE: integer atomics: the counts are exact and order-free. One global atomic a pair, all on E counters,
-// took 14 us at Qwen3 T=8192 (65,536 pairs on 128 experts), and a grid-stride loop of one load and one
-// shared atomic at a time 8.6 us (bench/RESULTS.md, 11th session).
-constexpr int kCountPairsPerThread = 16;
-
-static __global__ void count_kernel(const int32_t* __restrict__ ids, int64_t n_pairs, int n_experts,
-                                    int32_t* __restrict__ counts) {
-  extern __shared__ int32_t block_counts[];
-  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) block_counts[e] = 0;
-  const int64_t first = blockIdx.x * int64_t{blockDim.x} * kCountPairsPerThread + threadIdx.x;
-  int32_t id[kCountPairsPerThread];
-#pragma unroll
-  for (int j = 0; j < kCountPairsPerThread; ++j) {
-    const int64_t i = first + int64_t{j} * blockDim.x;
-    id[j] = i < n_pairs ? ids[i] : -1;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < kCountPairsPerThread; ++j)
-    if (id[j] >= 0) atomicAdd(&block_counts[id[j]], 1);
-  __syncthreads();
-  for (int e = threadIdx.x; e < n_experts; e += blockDim.x)
-    if (block_counts[e] != 0) atomicAdd(&counts[e], block_counts[e]);
-}
-
-static __global__ void iota_kernel(int32_t* __restrict__ out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = static_cast<int32_t>(i);
-}
-
-// One block: prefix[e] = sum of counts before e; segments contiguous, or e * capacity with at most
-// capacity rows and the rest counted as dropped.
-static __global__ void layout_kernel(const int32_t* __restrict__ counts, int n_experts, int64_t capacity,
-                                     int32_t* __restrict__ prefix, int32_t* __restrict__ offsets,
-                                     int32_t* __restrict__ segment_counts, int32_t* __restrict__ dropped) {
-  using Scan = cub::BlockScan<int32_t, kScanThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  const int e = threadIdx.x;
-  const int32_t count = e < n_experts ? counts[e] : 0;
-  int32_t before = 0;
-  Scan(temp).ExclusiveSum(count, before);
-  if (e >= n_experts) return;
-  prefix[e] = before;
-  if (capacity < 0) {
-    offsets[e] = before;
-    segment_counts[e] = count;
-    dropped[e] = 0;
-  } else {
-    offsets[e] = static_cast<int32_t>(e * capacity);
-    segment_counts[e] = static_cast<int32_t>(count < capacity ? count : capacity);
-    dropped[e] = static_cast<int32_t>(count > capacity ? count - capacity : 0);
-  }
-}
-
-// Sorted position r holds pair sorted_pairs[r] of expert sorted_keys[r]; its rank inside the expert is
-// r - prefix[e] (token order, since the sort is stable).
-static __global__ void scatter_kernel(const int32_t* __restrict__ sorted_keys, const int32_t* __restrict__ sorted_pairs,
-                                      const int32_t* __restrict__ prefix, const int32_t* __restrict__ offsets,
-                                      const float* __restrict__ topk_weights, int64_t n_pairs, int top_k,
-                                      int64_t capacity, int32_t* __restrict__ row_token,
-                                      int32_t* __restrict__ pair_rows, float* __restrict__ pair_weights) {
-  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < n_pairs; r += int64_t{gridDim.x} * blockDim.x) {
-    const int32_t e = sorted_keys[r], pair = sorted_pairs[r];
-    const int64_t rank = r - prefix[e];
-    if (capacity >= 0 && rank >= capacity) {
-      pair_rows[pair] = -1;
-      pair_weights[pair] = 0.0f;
-      continue;
-    }
-    const int64_t row = offsets[e] + rank;
-    pair_rows[pair] = static_cast<int32_t>(row);
-    pair_weights[pair] = topk_weights[pair];
-    row_token[row] = pair / top_k;
-  }
-}
 
 // renormalize: each token's kept weights are rescaled to its original weight sum.
 static __global__ void renormalize_kernel(const float* __restrict__ topk_weights, int64_t n_tokens, int top_k,
@@ -359,35 +281,178 @@ static __global__ void __launch_bounds__(kExpertBlockThreads)
   }
 }
 
+// Larger batches (more than kSmallMaxPairs pairs, or more than kSmallMaxExperts experts): the same stable
+// counting sort in two launches over chunks of kChunkPairs consecutive pairs, O(pairs) in all (a block per
+// expert would read every id once per expert).
+// NOTE: measured on the H200 (bench/RESULTS.md, 22nd session): at Qwen3 T=8192 (65,536 pairs) 5.0 + 8.9 us
+// under ncu, where the count, CUB radix sort (3 launches), layout, tile and scatter launches before it took 33;
+// the layer at Qwen3 T=4096 721-725 -> 704-709 us. Below kSmallMaxPairs the one-launch kernels stay: these
+// two were 14 us slower at Qwen3 T=1024 (8,192 pairs) and 4 us at T=2048.
+constexpr int kChunkThreads = 512, kChunkWarps = kChunkThreads / 32, kChunkPairs = 2048;
+constexpr int kChunkSliceSteps = kChunkPairs / kChunkThreads;  // a warp's slice: this many runs of 32 pairs
+constexpr size_t kChunkRankMaxSmem = size_t{kChunkWarps} * kScanThreads * sizeof(int32_t);
+static_assert(kChunkPairs % kChunkThreads == 0 && kChunkPairs % kScanThreads == 0,
+              "whole runs of 32 pairs a warp in launch 1, whole pairs a thread in launch 2");
+
+// Launch 1, a block per chunk. Each warp owns a slice of the chunk's pairs; per-warp counts (shared memory,
+// [kChunkWarps][n_experts]) give each warp its base inside every expert, and the warp walks its slice in
+// order, 32 pairs at a time, ranking equal experts with __match_any_sync. Writes each pair's rank inside its
+// expert within the chunk (pair_rank) and the chunk's count of every expert (chunk_counts[chunk][e]). Pairs
+// of no expert (an id outside [0, n_experts)) are left out.
+static __global__ void __launch_bounds__(kChunkThreads)
+    chunk_rank_kernel(const int32_t* __restrict__ ids, int64_t n_pairs, int n_experts, int32_t* __restrict__ pair_rank,
+                      int32_t* __restrict__ chunk_counts) {
+  extern __shared__ int32_t warp_base[];  // [kChunkWarps][n_experts]
+  wait_for_prior_grids();
+  allow_dependent_launch();
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  for (int i = tid; i < kChunkWarps * n_experts; i += kChunkThreads) warp_base[i] = 0;
+  const int64_t slice = blockIdx.x * int64_t{kChunkPairs} + warp * (kChunkSliceSteps * 32);
+  int32_t id[kChunkSliceSteps];
+#pragma unroll
+  for (int s = 0; s < kChunkSliceSteps; ++s) {
+    const int64_t i = slice + s * 32 + lane;
+    const int32_t v = i < n_pairs ? ids[i] : -1;
+    id[s] = v >= 0 && v < n_experts ? v : -1;
+  }
+  __syncthreads();  // the zeroed counts
+  int32_t* mine = warp_base + warp * n_experts;
+#pragma unroll
+  for (int s = 0; s < kChunkSliceSteps; ++s)
+    if (id[s] >= 0) atomicAdd(&mine[id[s]], 1);
+  __syncthreads();
+  for (int e = tid; e < n_experts; e += kChunkThreads) {
+    int32_t count = 0;
+    for (int w = 0; w < kChunkWarps; ++w) {
+      const int32_t c = warp_base[w * n_experts + e];
+      warp_base[w * n_experts + e] = count;
+      count += c;
+    }
+    chunk_counts[blockIdx.x * int64_t{n_experts} + e] = count;
+  }
+  __syncthreads();
+  const unsigned lanes_before = (1u << lane) - 1u;
+#pragma unroll
+  for (int s = 0; s < kChunkSliceSteps; ++s) {
+    const unsigned peers = __match_any_sync(0xffffffffu, id[s]);
+    const int rank_in_run = __popc(peers & lanes_before);
+    if (id[s] >= 0) pair_rank[slice + s * 32 + lane] = mine[id[s]] + rank_in_run;
+    __syncwarp();
+    if (id[s] >= 0 && rank_in_run == 0) mine[id[s]] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+// Launch 2, a block per chunk (one block and no chunks for an empty batch). Thread e sums expert e's counts
+// over all chunks and over the chunks before the block's own; the scan of the totals lays the segments out.
+// The block places its chunk's pairs (row = segment offset + the expert's pairs in earlier chunks +
+// pair_rank), and writes the counters, the tiles and the padded layout's unused rows of the experts
+// e = blockIdx.x (mod gridDim.x).
+static __global__ void __launch_bounds__(kScanThreads)
+    chunk_place_kernel(const int32_t* __restrict__ ids, const float* __restrict__ topk_weights, int64_t n_pairs,
+                       int top_k, int n_experts, int64_t capacity, int n_chunks, const int32_t* __restrict__ pair_rank,
+                       const int32_t* __restrict__ chunk_counts, PermuteBuffers b, TileMap tiles) {
+  using Scan = cub::BlockScan<int32_t, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ int32_t rank_base[kScanThreads];  // the expert's pairs in the chunks before this block's
+  __shared__ int32_t seg_offset[kScanThreads], seg_rows[kScanThreads], seg_first_tile[kScanThreads];
+  wait_for_prior_grids();
+  allow_dependent_launch();
+  const int e = threadIdx.x;
+  // Every load of the block issued at once (each round trip to memory is on the layer's critical path).
+  constexpr int kPairsPerThread = kChunkPairs / kScanThreads;
+  const int64_t first_pair = blockIdx.x * int64_t{kChunkPairs} + e;
+  int32_t id[kPairsPerThread], rank_in_chunk[kPairsPerThread];
+  float weight[kPairsPerThread];
+#pragma unroll
+  for (int j = 0; j < kPairsPerThread; ++j) {
+    const int64_t i = first_pair + j * kScanThreads;
+    const int32_t v = i < n_pairs ? ids[i] : -1;
+    id[j] = v >= 0 && v < n_experts ? v : -1;
+    rank_in_chunk[j] = i < n_pairs ? pair_rank[i] : 0;
+    weight[j] = i < n_pairs ? topk_weights[i] : 0.0f;
+  }
+  int32_t total = 0, before_chunk = 0;
+  if (e < n_experts) {
+#pragma unroll 8
+    for (int c = 0; c < n_chunks; ++c) {
+      const int32_t v = __ldcg(chunk_counts + c * int64_t{n_experts} + e);
+      before_chunk += c < static_cast<int>(blockIdx.x) ? v : 0;
+      total += v;
+    }
+  }
+  int32_t before = 0;
+  Scan(temp).ExclusiveSum(total, before);
+  const int32_t rows = capacity < 0 ? total : static_cast<int32_t>(total < capacity ? total : capacity);
+  const int32_t offset = capacity < 0 ? before : static_cast<int32_t>(e * capacity);
+  __syncthreads();  // temp is reused
+  int32_t first_tile = 0, total_tiles = 0;
+  Scan(temp).ExclusiveSum(e < n_experts ? tiles_of(rows, tiles) : 0, first_tile, total_tiles);
+  if (e < n_experts) {
+    rank_base[e] = before_chunk;
+    seg_offset[e] = offset;
+    seg_rows[e] = rows;
+    seg_first_tile[e] = first_tile;
+    if (e % gridDim.x == blockIdx.x) {
+      b.expert_counts[e] = total;
+      b.count_prefix[e] = before;
+      b.expert_offsets[e] = offset;
+      b.segment_counts[e] = rows;
+      b.dropped[e] = total - rows;
+    }
+  }
+  if (blockIdx.x == 0 && e == 0)
+    *tiles.n_tiles = static_cast<int32_t>(total_tiles < tiles.max_tiles ? total_tiles : tiles.max_tiles);
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kPairsPerThread; ++j) {
+    const int64_t i = first_pair + j * kScanThreads;
+    if (i >= n_pairs) break;
+    const int64_t rank = id[j] >= 0 ? int64_t{rank_base[id[j]]} + rank_in_chunk[j] : -1;
+    if (rank < 0 || (capacity >= 0 && rank >= capacity)) {
+      b.pair_rows[i] = -1;
+      b.pair_weights[i] = 0.0f;
+      continue;
+    }
+    const int64_t row = seg_offset[id[j]] + rank;
+    b.pair_rows[i] = static_cast<int32_t>(row);
+    b.pair_weights[i] = weight[j];
+    b.row_token[row] = static_cast<int32_t>(i / top_k);
+  }
+  for (int x = blockIdx.x; x < n_experts; x += gridDim.x) {
+    write_tiles(x, seg_offset[x], seg_rows[x], seg_first_tile[x], tiles, e, kScanThreads);
+    if (capacity >= 0)
+      for (int64_t r = seg_rows[x] + e; r < capacity; r += kScanThreads) b.row_token[seg_offset[x] + r] = -1;
+  }
+}
+
 static __global__ void dense_segment_kernel(int32_t* offsets, int32_t* counts, int64_t n_rows) {
   offsets[0] = 0;
   counts[0] = static_cast<int32_t>(n_rows);
 }
 
+// The pair count from which E <= 256 batches take the chunked launches (MOE_PERMUTE_CHUNKED_FROM lowers it,
+// to measure the one-launch kernels against them).
+int64_t chunked_from() {
+  static const int64_t pairs = env_integer("MOE_PERMUTE_CHUNKED_FROM", 1, kSmallMaxPairs + 1,
+                                           "the pair count from which the permute takes the chunked launches")
+                                   .value_or(kSmallMaxPairs + 1);
+  return pairs;
+}
+
 int grid_for(int64_t n) { return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 132 * 8))); }
 
-int key_bits(int n_experts) {
-  int bits = 1;
-  while ((1 << bits) < n_experts) ++bits;
-  return bits;
-}
-
 }  // namespace
-
-size_t permute_sort_temp_bytes(int64_t max_pairs) {
-  size_t bytes = 0;
-  MOE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr),
-                                                 static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                                 static_cast<int32_t*>(nullptr), static_cast<int>(max_pairs)));
-  return bytes;
-}
 
 void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_tokens, int top_k, int n_experts,
              int64_t capacity, bool renormalize, const PermuteBuffers& b, const TileMap& tiles, cudaStream_t stream) {
   MOE_CUDA_REQUIRE(n_experts >= 1 && n_experts <= kScanThreads,
                    "the CUDA permute handles 1 to 1024 experts, got " + std::to_string(n_experts));
   const int64_t n_pairs = n_tokens * top_k;
-  if (n_experts <= kSmallMaxExperts && n_pairs < kExpertBlocksFrom) {
+  MOE_CUDA_REQUIRE(n_pairs <= INT32_MAX, "the CUDA permute handles up to 2^31 - 1 (token, expert) pairs (int32 "
+                                         "rows), got " + std::to_string(n_pairs) + ": split the batch");
+  const bool small = n_experts <= kSmallMaxExperts && n_pairs < chunked_from();
+  if (small && n_pairs < kExpertBlocksFrom) {
     // NOTE: each variant's kChunks covers its slices: < kExpertBlocksFrom pairs over 16 warps, < 2048 over 8.
     if (n_pairs >= kSmallWideFrom) {
       launch_dependent(permute_one_block_kernel<16>, dim3(1), dim3(16 * 32), 0, stream, topk_ids, topk_weights,
@@ -398,7 +463,7 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
     }
     return;
   }
-  if (n_experts <= kSmallMaxExperts && n_pairs <= kSmallMaxPairs) {
+  if (small) {
     launch_dependent(permute_expert_blocks_kernel, dim3(static_cast<unsigned>(n_experts)), dim3(kExpertBlockThreads), 0,
                      stream, topk_ids, topk_weights, n_tokens, top_k, n_experts, capacity, b, tiles);
     if (capacity >= 0 && renormalize) {
@@ -407,40 +472,23 @@ void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_token
     }
     return;
   }
-  const int64_t n_rows = capacity < 0 ? n_pairs : n_experts * capacity;
-  MOE_CUDA_CHECK(cudaMemsetAsync(b.expert_counts, 0, sizeof(int32_t) * n_experts, stream));
-  if (capacity >= 0) MOE_CUDA_CHECK(cudaMemsetAsync(b.row_token, 0xff, sizeof(int32_t) * n_rows, stream));  // -1
-  if (n_pairs > 0) {
-    const int64_t pairs_per_block = int64_t{256} * kCountPairsPerThread;
-    const auto count_blocks = static_cast<unsigned>((n_pairs + pairs_per_block - 1) / pairs_per_block);
-    count_kernel<<<count_blocks, 256, n_experts * sizeof(int32_t), stream>>>(topk_ids, n_pairs, n_experts,
-                                                                           b.expert_counts);
-    MOE_CUDA_CHECK_LAUNCH();
-    size_t temp_bytes = b.sort_temp_bytes;
-    MOE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(b.sort_temp, temp_bytes, topk_ids, b.sorted_keys, b.pair_iota,
-                                                   b.sorted_pairs, static_cast<int>(n_pairs), 0,
-                                                   key_bits(n_experts), stream));
+  const int n_chunks = static_cast<int>((n_pairs + kChunkPairs - 1) / kChunkPairs);
+  if (n_chunks > 0) {
+    raise_shared_memory_once<chunk_rank_kernel>(kChunkRankMaxSmem);
+    launch_dependent(chunk_rank_kernel, dim3(static_cast<unsigned>(n_chunks)), dim3(kChunkThreads),
+                     kChunkWarps * n_experts * sizeof(int32_t), stream, topk_ids, n_pairs, n_experts, b.pair_rank,
+                     b.chunk_counts);
   }
-  layout_kernel<<<1, kScanThreads, 0, stream>>>(b.expert_counts, n_experts, capacity, b.count_prefix,
-                                                b.expert_offsets, b.segment_counts, b.dropped);
-  MOE_CUDA_CHECK_LAUNCH();
-  build_tiles(b.expert_offsets, b.segment_counts, n_experts, tiles, stream);
-  if (n_pairs == 0) return;
-  scatter_kernel<<<grid_for(n_pairs), 256, 0, stream>>>(b.sorted_keys, b.sorted_pairs, b.count_prefix,
-                                                        b.expert_offsets, topk_weights, n_pairs, top_k, capacity,
-                                                        b.row_token, b.pair_rows, b.pair_weights);
-  MOE_CUDA_CHECK_LAUNCH();
+  launch_dependent(chunk_place_kernel, dim3(static_cast<unsigned>(std::max(n_chunks, 1))), dim3(kScanThreads), 0,
+                   stream, topk_ids, topk_weights, n_pairs, top_k, n_experts, capacity, n_chunks,
+                   static_cast<const int32_t*>(b.pair_rank), static_cast<const int32_t*>(b.chunk_counts), b, tiles);
   if (capacity >= 0 && renormalize) {
     renormalize_kernel<<<grid_for(n_tokens), 256, 0, stream>>>(topk_weights, n_tokens, top_k, b.pair_weights);
     MOE_CUDA_CHECK_LAUNCH();
   }
 }
 
-void fill_iota(int32_t* out, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  iota_kernel<<<grid_for(n), 256, 0, stream>>>(out, n);
-  MOE_CUDA_CHECK_LAUNCH();
-}
+int64_t permute_chunk_count(int64_t max_pairs) { return (max_pairs + kChunkPairs - 1) / kChunkPairs; }
 
 void dense_segment(int32_t* segment_offsets, int32_t* segment_counts, int64_t n_rows, cudaStream_t stream) {
   dense_segment_kernel<<<1, 1, 0, stream>>>(segment_offsets, segment_counts, n_rows);

@@ -12,7 +12,8 @@ PermuteWorkspace::PermuteWorkspace(int64_t n_segments, int64_t max_pairs, int64_
   // Bound for every tile height: the sum over segments of ceil(count / tile_rows) <= rows + segments, and
   // even tiles add at most one a segment.
   const int64_t max_tiles = max_rows + 2 * n_segments;
-  ints_ = DeviceBuffer<int32_t>(5 * n_segments + 4 * max_pairs + max_rows + 2 * max_tiles + 1);
+  const int64_t chunk_counts = permute_chunk_count(max_pairs) * n_segments;
+  ints_ = DeviceBuffer<int32_t>(5 * n_segments + 2 * max_pairs + chunk_counts + max_rows + 2 * max_tiles + 1);
   int32_t* p = ints_.get();
   auto carve = [&p](int64_t n) { return std::exchange(p, p + n); };
   buffers_.expert_counts = carve(n_segments);
@@ -20,9 +21,8 @@ PermuteWorkspace::PermuteWorkspace(int64_t n_segments, int64_t max_pairs, int64_
   buffers_.expert_offsets = carve(n_segments);
   buffers_.segment_counts = carve(n_segments);
   buffers_.dropped = carve(n_segments);
-  buffers_.sorted_keys = carve(max_pairs);
-  buffers_.sorted_pairs = carve(max_pairs);
-  buffers_.pair_iota = carve(max_pairs);
+  buffers_.pair_rank = carve(max_pairs);
+  buffers_.chunk_counts = carve(chunk_counts);
   buffers_.row_token = carve(max_rows);
   buffers_.pair_rows = carve(max_pairs);
   tile_expert_ = carve(max_tiles);
@@ -30,11 +30,6 @@ PermuteWorkspace::PermuteWorkspace(int64_t n_segments, int64_t max_pairs, int64_
   n_tiles_ = carve(1);
   pair_weights_ = DeviceBuffer<float>(max_pairs);
   buffers_.pair_weights = pair_weights_.get();
-  sort_temp_ = DeviceBuffer<unsigned char>(permute_sort_temp_bytes(max_pairs));
-  buffers_.sort_temp = sort_temp_.get();
-  buffers_.sort_temp_bytes = sort_temp_.size();
-  fill_iota(buffers_.pair_iota, max_pairs, nullptr);
-  MOE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 TileMap PermuteWorkspace::tile_map(int tile_rows, int64_t rows, int tall_rows, bool even_tiles) const {

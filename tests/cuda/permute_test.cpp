@@ -33,9 +33,10 @@ TEST(CudaPermute, MatchesTheCpuPermute) {
   // E <= 256 with T * k < 4096 take the one-block path (8 warps below 2048 pairs, 16 from there: T 255 and
   // 256 at k 8 sit on that switch, T 511 fills every warp's slice), up to 16384 the block-per-expert path
   // (T 512 at k 8 sits on the switch, T 1000 ends mid-chunk, T 2048 fills every thread's chunks), the rest
-  // the radix-sort path.
-  for (int E : {1, 3, 8, 60, 256, 300})
-    for (int64_t T : {1, 7, 97, 255, 256, 511, 512, 1000, 2048, 2500})
+  // (E 300 and 1024 at every T) the two launches over chunks of 2048 pairs (T 2500 at k 8: 10 chunks, the
+  // last partial; T 4096: 16 whole ones).
+  for (int E : {1, 3, 8, 60, 256, 300, 1024})
+    for (int64_t T : {1, 7, 97, 255, 256, 511, 512, 1000, 2048, 2500, 4096})
       for (int64_t capacity : {int64_t{-1}, int64_t{0}, int64_t{1}, int64_t{5}})
         for (bool renormalize : {false, true}) {
           const int k = std::min(E, 8);

@@ -51,20 +51,15 @@ struct PermuteBuffers {
   int32_t* expert_offsets;   // [E] first row of each segment
   int32_t* segment_counts;   // [E] rows filled in each segment (min(count, capacity) in the padded layout)
   int32_t* dropped;          // [E] pairs beyond capacity
-  int32_t* sorted_keys;      // [T*k] scratch: expert ids sorted
-  int32_t* sorted_pairs;     // [T*k] scratch: pair indices in expert-major, token order
-  int32_t* pair_iota;        // [T*k] scratch: 0, 1, 2, ...
+  int32_t* pair_rank;        // [T*k] scratch: a pair's rank inside its expert within its chunk (large batches)
+  int32_t* chunk_counts;     // [permute_chunk_count(T*k) * E] scratch: each chunk's pairs per expert
   int32_t* row_token;        // [n_rows]
   int32_t* pair_rows;        // [T*k]
   float* pair_weights;       // [T*k]
-  void* sort_temp;           // CUB temp storage
-  size_t sort_temp_bytes;
 };
 
-// Bytes of CUB temp storage for sorting up to max_pairs pairs.
-size_t permute_sort_temp_bytes(int64_t max_pairs);
-// out[i] = i for i < n (the pair_iota scratch, filled once).
-void fill_iota(int32_t* out, int64_t n, cudaStream_t stream);
+// The chunks that the permute of a large batch of up to max_pairs pairs splits it into (chunk_counts' rows).
+int64_t permute_chunk_count(int64_t max_pairs);
 
 // The grouped GEMM's tile map: tiles of `tile_rows` rows that never straddle two segments;
 // tile i covers rows [tile_row[i], tile_row[i] + tile_rows) of expert tile_expert[i], for i < *n_tiles.
@@ -85,8 +80,8 @@ struct TileMap {
 
 // capacity < 0: contiguous layout (n_rows = T*k). capacity >= 0: padded layout (n_rows = E*capacity),
 // first-come in token order; `renormalize` rescales each token's kept weights to its original sum.
-// Also builds the tile map of the segments. Small batches (E <= 256, T*k <= 16384) take one launch; larger
-// ones a stable CUB radix sort.
+// Also builds the tile map of the segments. A stable counting sort: small batches (E <= 256, T*k <= 16384)
+// take one launch, larger ones two over chunks of pairs.
 void permute(const int32_t* topk_ids, const float* topk_weights, int64_t n_tokens, int top_k, int n_experts,
              int64_t capacity, bool renormalize, const PermuteBuffers& buffers, const TileMap& tiles,
              cudaStream_t stream);

@@ -13,7 +13,7 @@ class PermuteWorkspace {
  public:
   PermuteWorkspace() = default;
   // Up to max_pairs (token, expert) pairs over n_segments segments of max_rows rows in all (max_pairs in
-  // the contiguous layout, n_segments * capacity in the padded one). Fills pair_iota (synchronously).
+  // the contiguous layout, n_segments * capacity in the padded one).
   PermuteWorkspace(int64_t n_segments, int64_t max_pairs, int64_t max_rows);
 
   const PermuteBuffers& buffers() const { return buffers_; }
@@ -26,7 +26,6 @@ class PermuteWorkspace {
   int64_t n_segments_ = 0, max_rows_ = 0;
   DeviceBuffer<int32_t> ints_;  // the int32 arrays of buffers_ and of the tile map, carved in order
   DeviceBuffer<float> pair_weights_;
-  DeviceBuffer<unsigned char> sort_temp_;
   PermuteBuffers buffers_{};
   int32_t *tile_expert_ = nullptr, *tile_row_ = nullptr, *n_tiles_ = nullptr;
 };
