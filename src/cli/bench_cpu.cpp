@@ -99,10 +99,14 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64
       std::min<int64_t>(s.n_experts, static_cast<int64_t>(o.max_gib * (1 << 30) / layers / expert_bytes));
   MOE_CHECK(physical >= 1, "--max-gib {} cannot hold one expert per layer for {} layers", o.max_gib, layers);
 
-  fmt::print("moe bench --backend cpu: {} (H {}, I {}, E {}, k {}), {} weights, {} threads, ISA {}{}\n", s.name,
-             s.hidden, s.intermediate, s.n_experts, s.top_k, o.weights, n_threads, cpu::isa_name(isa),
-             isa == cpu::Isa::avx512 ? fmt::format(" ({})", cpu::stream_prefetch_name(cpu::detect_stream_prefetch()))
-                                     : "");
+  fmt::print("moe bench --backend cpu: {} (H {}, I {}, E {}, k {}), {} weights, {} threads, ISA {}{}\n",
+             s.name, s.hidden, s.intermediate, s.n_experts, s.top_k, o.weights, n_threads, cpu::isa_name(isa),
+             isa != cpu::Isa::avx2
+                 ? fmt::format(" ({})", cpu::stream_prefetch_name(cpu::detect_stream_prefetch()))
+                 : "");
+  if (isa == cpu::Isa::amx && !int8)
+    fmt::print("  bf16 experts on AMX tiles; the floor's compute term stays the vdpbf16ps peak (issue 3's floor), "
+               "which the tiles exceed many times, so compute-bound points run below 1x\n");
   fmt::print("  {} layers rotated, {} distinct experts each{} ({:.2f} GiB of packed expert weights)\n", layers,
              physical, physical < s.n_experts ? fmt::format(" (expert e aliases e mod {})", physical) : "",
              layers * physical * expert_bytes / (1 << 30));

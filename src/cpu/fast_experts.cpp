@@ -113,10 +113,17 @@ Isa detect_isa() {
       MOE_CHECK(cpu_has_avx2(), "MOE_CPU_ISA=avx2 but this CPU lacks AVX2/FMA");
       return Isa::avx2;
     }
-    MOE_CHECK(want == "avx512", "MOE_CPU_ISA must be avx2 or avx512, got '{}'", want);
+    if (want == "amx") {
+      MOE_CHECK(avx512 && amx_bf16_usable(),
+                "MOE_CPU_ISA=amx but this CPU lacks AMX-BF16 (or AVX-512 BF16/VNNI), or the OS does not grant "
+                "this process the tile state (Linux 5.16+)");
+      return Isa::amx;
+    }
+    MOE_CHECK(want == "avx512", "MOE_CPU_ISA must be avx2, avx512 or amx, got '{}'", want);
     MOE_CHECK(avx512, "MOE_CPU_ISA=avx512 but this CPU lacks AVX-512 BF16/VNNI");
     return Isa::avx512;
   }
+  if (avx512 && amx_bf16_usable()) return Isa::amx;
   if (avx512) return Isa::avx512;
   MOE_CHECK(cpu_has_avx2(), "the fast CPU experts need AVX2 and FMA; use the reference experts on this CPU");
   return Isa::avx2;
@@ -139,7 +146,10 @@ std::string_view stream_prefetch_name(StreamPrefetch prefetch) {
 
 bool fast_experts_available() { return cpu_has_avx2(); }
 
-std::string_view isa_name(Isa isa) { return isa == Isa::avx512 ? "avx512-bf16" : "avx2-fma"; }
+std::string_view isa_name(Isa isa) {
+  if (isa == Isa::amx) return "amx-bf16";
+  return isa == Isa::avx512 ? "avx512-bf16" : "avx2-fma";
+}
 
 void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor& x, Tensor& out, Isa isa,
                           StreamPrefetch prefetch) {
@@ -159,25 +169,39 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
     for (int64_t i = 0; i < s.count; ++i)
       MOE_CHECK(s.token[i] >= 0 && s.token[i] < T, "expert row {} names token {} of {}", i, s.token[i], T);
   }
-  const KernelTable& kernels = isa == Isa::avx512 ? avx512_kernels(prefetch) : avx2_kernels();
+  const KernelTable& kernels = isa == Isa::amx      ? amx_kernels(prefetch)
+                               : isa == Isa::avx512 ? avx512_kernels(prefetch)
+                                                    : avx2_kernels();
   ThreadPool& pool = ThreadPool::global();
   const int n_threads = pool.size();
   const bool bf16 = format == WeightFormat::bf16;
   // An expert's panel size: bf16 experts of panel + 1 .. wide_panel tokens run them all in one wide panel, a
   // single pass over each block (KernelTable::wide_panel), the others panels of at most `panel`.
   const auto panel_for = [&](int64_t count) {
+    if (bf16 && kernels.tile_panel > 0) return kernels.tile_panel;
     const bool wide = bf16 && count > kernels.panel && count <= kernels.wide_panel;
     return wide ? static_cast<int>(count) : kernels.panel;
   };
+  // Tile panels read their tokens' x rows equally spaced: pass 0 then writes x in segment order instead,
+  // row (segment s, i) holding token s.token[i] (T k rows instead of T).
+  const bool x_by_segment = bf16 && kernels.tile_panel > 0;
+  std::vector<int64_t> segment_row(segs.size() + 1, 0);
+  for (size_t s = 0; s < segs.size(); ++s) segment_row[s + 1] = segment_row[s] + segs[s].count;
 
-  // Pass 0: the tokens' activations, [T, Hp] bf16, or u8 + a scale per token.
-  Tensor xq = Tensor::empty(bf16 ? DType::BF16 : DType::U8, {T, Hp});
+  // Pass 0: the tokens' activations, [T, Hp] bf16 (or [T k, Hp] in segment order, x_by_segment), or u8 + a
+  // scale per token.
+  const int64_t x_rows = x_by_segment ? segment_row.back() : T;
+  Tensor xq = Tensor::empty(bf16 ? DType::BF16 : DType::U8, {x_rows, Hp});
   std::vector<float> x_scale(bf16 ? 0 : T);
   const float* xf = x.data_as<float>();
-  pool.parallel_for(T, std::max<int64_t>(1, 4096 / H), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
+  std::vector<int32_t> row_token;  // x_by_segment: the token of each row
+  if (x_by_segment)
+    for (const ExpertRows& s : segs) row_token.insert(row_token.end(), s.token, s.token + s.count);
+  pool.parallel_for(x_rows, std::max<int64_t>(1, 4096 / H), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = x_by_segment ? row_token[r] : r;
       if (bf16) {
-        uint16_t* row = static_cast<uint16_t*>(xq.data()) + t * Hp;
+        uint16_t* row = static_cast<uint16_t*>(xq.data()) + r * Hp;
         for (int64_t h = 0; h < H; ++h) row[h] = f32_to_bf16(xf[t * H + h]);
         std::fill(row + H, row + Hp, uint16_t{0});
       } else {
@@ -185,8 +209,10 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
       }
     }
   });
-  auto x_row = [&](int32_t token) {
-    return reinterpret_cast<const uint32_t*>(static_cast<const char*>(xq.data()) + token * Hp * (bf16 ? 2 : 1));
+  // x of row i of segment s.
+  auto x_row = [&](size_t s, int64_t i) {
+    const int64_t r = x_by_segment ? segment_row[s] + i : segs[s].token[i];
+    return reinterpret_cast<const uint32_t*>(static_cast<const char*>(xq.data()) + r * Hp * (bf16 ? 2 : 1));
   };
 
   // Activations of every (segment, row): bf16 [rows, I_pad], or fp32 then u8 for int8.
@@ -221,9 +247,10 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
         const int64_t b = items[it].block;
         for_each_panel(s.count, panel_for(s.count), [&](int64_t begin, int n) {
           if (bf16) {
-            GateUpBf16Args a{.w = e.gate_up.bf16_block(b), .k_pairs = Hp / 2, .x = {}, .act = {}, .n = n};
+            GateUpBf16Args a{.w = e.gate_up.bf16_block(b), .k_pairs = Hp / 2, .x = {}, .x_stride = Hp * 2, .act = {},
+                             .n = n};
             for (int i = 0; i < n; ++i) {
-              a.x[i] = x_row(s.token[begin + i]);
+              a.x[i] = x_row(items[it].segment, begin + i);
               a.act[i] = static_cast<uint16_t*>(act.data()) + act_offset[items[it].segment] +
                          (begin + i) * e.intermediate_pad + b * kGateUpCols;
             }
@@ -233,7 +260,7 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
                              .w_scale = e.gate_up.scale.data() + b * kBlockRows,
                              .w_comp = e.gate_up.comp.data() + b * kBlockRows, .x = {}, .x_scale = {}, .act = {}, .n = n};
             for (int i = 0; i < n; ++i) {
-              a.x[i] = x_row(s.token[begin + i]);
+              a.x[i] = x_row(items[it].segment, begin + i);
               a.x_scale[i] = x_scale[s.token[begin + i]];
               a.act[i] = act.data_as<float>() + act_offset[items[it].segment] + (begin + i) * e.intermediate_pad +
                          b * kGateUpCols;
@@ -281,8 +308,8 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
           for (int64_t p0 = 0; p0 < Ip / 2; p0 += kDownChunkPairs) {
             const int64_t pairs = std::min(kDownChunkPairs, Ip / 2 - p0);
             for_each_panel(s.count, panel_for(s.count), [&](int64_t begin, int n) {
-              DownBf16Args a{.w = e.down.bf16_block(b) + p0 * 2 * kBlockRows, .k_pairs = pairs, .x = {}, .out = {},
-                             .weight = {}, .valid_rows = valid, .n = n};
+              DownBf16Args a{.w = e.down.bf16_block(b) + p0 * 2 * kBlockRows, .k_pairs = pairs, .x = {},
+                             .x_stride = Ip * 2, .out = {}, .weight = {}, .valid_rows = valid, .n = n};
               for (int i = 0; i < n; ++i) {
                 a.x[i] = reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(act.data()) + act_offset[si] +
                                                            (begin + i) * Ip) + p0;

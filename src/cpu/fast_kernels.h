@@ -41,23 +41,29 @@ struct PackedExpert {
 };
 
 // One call runs one block of 64 weight rows against n <= kMaxPanel tokens (bf16: n <= kMaxWidePanel, where
-// the ISA has wide panels: KernelTable::wide_panel).
+// the ISA has wide panels: KernelTable::wide_panel; n <= kMaxTilePanel with AMX tiles: KernelTable::tile_panel).
 inline constexpr int kMaxPanel = 6;
 inline constexpr int kMaxWidePanel = 12;
+inline constexpr int kMaxTilePanel = 16;  // an AMX tile's rows
+inline constexpr int kMaxBf16Panel = kMaxTilePanel;
 
+// bf16 x rows: x[i] for each token; where KernelTable::tile_panel is set, the rows are also equally spaced,
+// x[i] = x[0] + i * x_stride bytes (the AMX kernels load the panel as one tile of rows).
 struct GateUpBf16Args {
   const uint16_t* w;         // the block
   int64_t k_pairs;
-  const uint32_t* x[kMaxWidePanel];  // each token's bf16 pairs [k_pairs]
-  uint16_t* act[kMaxWidePanel];      // each token's 32 bf16 outputs silu(gate) * up
+  const uint32_t* x[kMaxBf16Panel];  // each token's bf16 pairs [k_pairs]
+  int64_t x_stride;                  // bytes
+  uint16_t* act[kMaxBf16Panel];      // each token's 32 bf16 outputs silu(gate) * up
   int n;
 };
 struct DownBf16Args {
   const uint16_t* w;  // the block, at pair p0 of a k chunk
   int64_t k_pairs;    // pairs in the chunk
-  const uint32_t* x[kMaxWidePanel];  // each token's activation pairs, from p0
-  float* out[kMaxWidePanel];         // each token's 64 output values (+= weight * result)
-  float weight[kMaxWidePanel];
+  const uint32_t* x[kMaxBf16Panel];  // each token's activation pairs, from p0
+  int64_t x_stride;                  // bytes
+  float* out[kMaxBf16Panel];         // each token's 64 output values (+= weight * result)
+  float weight[kMaxBf16Panel];
   int valid_rows;  // rows of the block inside the hidden size
   int n;
 };
@@ -88,6 +94,8 @@ struct KernelTable {
   int panel;  // tokens per call the ISA's register file suits
   // bf16: panels of panel + 1 .. wide_panel tokens also run in one call, one pass over the block (0: none).
   int wide_panel;
+  // bf16 with AMX tiles: panels of up to tile_panel tokens in every call, x rows equally spaced (0: none).
+  int tile_panel;
   void (*gate_up_bf16)(const GateUpBf16Args&);
   void (*down_bf16)(const DownBf16Args&);
   void (*gate_up_int8)(const GateUpInt8Args&);
@@ -96,6 +104,8 @@ struct KernelTable {
 
 const KernelTable& avx512_kernels(StreamPrefetch prefetch);
 const KernelTable& avx2_kernels();
+// bf16 on AMX tiles, int8 as avx512_kernels (call only where amx_bf16_usable()).
+const KernelTable& amx_kernels(StreamPrefetch prefetch);
 
 // Scalar silu(g) * u in fp32, as the fallback epilogues use it.
 float silu_mul_scalar(float g, float u);

@@ -113,6 +113,7 @@ const KernelTable& avx2_kernels() {
   static const KernelTable table{
       .panel = kPanel,
       .wide_panel = 0,
+      .tile_panel = 0,
       .gate_up_bf16 = &by_panel<GateUpBf16Args, gate_up_bf16<1>, gate_up_bf16<2>>,
       .down_bf16 = &by_panel<DownBf16Args, down_bf16<1>, down_bf16<2>>,
       .gate_up_int8 = &by_panel<GateUpInt8Args, gate_up_int8<1>, gate_up_int8<2>>,

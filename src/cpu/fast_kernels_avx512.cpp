@@ -17,11 +17,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,fma")
 
+#include "avx512_epilogue.h"
+
 namespace moe::cpu {
 
 namespace {
 
-constexpr int kTiles = kBlockRows / 16;
 // How far ahead in the block stream the kernels prefetch: 4 KiB, a few DRAM latencies of streaming at this
 // core's share of the bandwidth while a panel of 2-6 tokens computes (8 and 12 KiB were no faster).
 constexpr int64_t kPrefetchBytes = 4096;
@@ -35,30 +36,6 @@ constexpr int64_t kFarPrefetchBytes = 16384;
 // session, Xeon VM). On Zen 4 (hardware prefetch) one-token panels issue none either: without them the
 // stream ran faster in 24 of 24 alternated rounds, 40.3 against 38.4 GB/s (medians; 18th session).
 constexpr int64_t kDecodePrefetchBytes = 8192;
-
-// exp(x) for silu: Cody-Waite reduction by ln 2, degree-6 Taylor on [-ln2/2, ln2/2] (relative error ~2e-7),
-// 2^n applied with scalef (which saturates to 0 / inf without integer tricks).
-inline __m512 exp_ps(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-100.0f)), _mm512_set1_ps(100.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.4426950409f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
-// silu(g) * u = g * u / (1 + exp(-g))
-inline __m512 silu_mul_ps(__m512 g, __m512 u) {
-  const __m512 denominator = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g)));
-  return _mm512_div_ps(_mm512_mul_ps(g, u), denominator);
-}
 
 // The k-loop of a panel of N = 5 or 6 tokens: acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p], with
 // vdpbf16ps (bf16 pairs) or vpdpbusd (u8 activation quads × s8 weight quads).
@@ -309,20 +286,6 @@ template <int N>
     for (int r = 0; r < kTiles; ++r) acc[r][n] = _mm512_load_si512(sums[r / 2][n][r % 2]);
 }
 
-inline void add_scaled_rows(float* out, const __m512 (&v)[kTiles], float weight, int valid_rows) {
-  const __m512 w = _mm512_set1_ps(weight);
-#pragma GCC unroll 8
-  for (int r = 0; r < kTiles; ++r) {
-    const int valid = valid_rows - 16 * r;
-    if (valid >= 16) {
-      _mm512_storeu_ps(out + 16 * r, _mm512_fmadd_ps(w, v[r], _mm512_loadu_ps(out + 16 * r)));
-    } else if (valid > 0) {
-      const __mmask16 m = static_cast<__mmask16>((1u << valid) - 1);
-      _mm512_mask_storeu_ps(out + 16 * r, m, _mm512_fmadd_ps(w, v[r], _mm512_maskz_loadu_ps(m, out + 16 * r)));
-    }
-  }
-}
-
 // WIDE: a wide panel's k-loop (dot_wide) in place of dot_block's.
 template <int N, bool P, bool WIDE = false>
 void gate_up_bf16(const GateUpBf16Args& a) {
@@ -436,6 +399,7 @@ const KernelTable& kernels() {
   static const KernelTable table{
       .panel = kMaxPanel,
       .wide_panel = kMaxWidePanel,
+      .tile_panel = 0,
       .gate_up_bf16 = &by_wide_panel<GateUpBf16Wide, GateUpBf16, kSoftwarePrefetch, GateUpBf16Args>,
       .down_bf16 = &by_wide_panel<DownBf16Wide, DownBf16, kSoftwarePrefetch, DownBf16Args>,
       .gate_up_int8 = &by_panel<GateUpInt8, kSoftwarePrefetch, GateUpInt8Args>,

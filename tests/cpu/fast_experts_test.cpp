@@ -60,12 +60,12 @@ double normwise_error(const Tensor& got, const Tensor& want, double norm_floor =
   return std::sqrt(diff / std::max(norm, norm_floor * norm_floor));
 }
 
-// The kernels a CPU runs: AVX2, and where the CPU has it AVX-512 with either stream prefetch.
+// The kernels a CPU runs: AVX2, and where the CPU has them AVX-512 and AMX with either stream prefetch.
 struct KernelPath {
   Isa isa;
   StreamPrefetch prefetch;
   std::string name() const {
-    return std::string(isa_name(isa)) + (isa == Isa::avx512 ? " " + std::string(stream_prefetch_name(prefetch)) : "");
+    return std::string(isa_name(isa)) + (isa != Isa::avx2 ? " " + std::string(stream_prefetch_name(prefetch)) : "");
   }
 };
 std::vector<KernelPath> kernel_paths() {
@@ -74,6 +74,9 @@ std::vector<KernelPath> kernel_paths() {
   if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni"))
     for (StreamPrefetch prefetch : {StreamPrefetch::software, StreamPrefetch::hardware})
       out.push_back({Isa::avx512, prefetch});
+  if (amx_bf16_usable())
+    for (StreamPrefetch prefetch : {StreamPrefetch::software, StreamPrefetch::hardware})
+      out.push_back({Isa::amx, prefetch});
   return out;
 }
 
@@ -296,7 +299,9 @@ TEST(FastExperts, MatchReferenceOnOddShapes) {
                         // bf16 wide panels (7-12 rows an expert, one pass in chunks of 64 k pairs): 2 full
                         // chunks of gate/up and 1 + a part of down; 2.5 and exactly 1; 13 rows keep panels of <= 6
                         Shape{10, 200, 136, 1, 1}, Shape{8, 320, 100, 1, 1}, Shape{7, 72, 33, 1, 1},
-                        Shape{13, 130, 70, 1, 1}})
+                        Shape{13, 130, 70, 1, 1},
+                        // AMX tile panels (up to 16 tokens): exactly 16, 16 + 1, and 16 + 12 + 12
+                        Shape{16, 64, 32, 1, 1}, Shape{17, 96, 48, 1, 1}, Shape{40, 200, 136, 1, 1}})
     for (DType dtype : {DType::F32, DType::BF16, DType::F16})
       for (WeightFormat format : {WeightFormat::bf16, WeightFormat::int8}) {
         const Case c = random_case(rng, s.T, s.H, s.I, s.E, s.k, dtype);
@@ -371,6 +376,12 @@ TEST(FastExperts, IsaCanBeForcedByEnvironment) {
   const test::ScopedEnv isa("MOE_CPU_ISA");
   isa.set("avx2");
   EXPECT_EQ(detect_isa(), Isa::avx2);
+  isa.set("amx");
+  if (amx_bf16_usable()) {
+    EXPECT_EQ(detect_isa(), Isa::amx);
+  } else {
+    EXPECT_THROW(detect_isa(), Error) << "amx asked for on a CPU (or OS) without it";
+  }
   isa.set("sse");
   EXPECT_THROW(detect_isa(), Error);
 }
