@@ -1,6 +1,6 @@
 #pragma once
 // The AVX-512 epilogues of the fast CPU experts' micro-kernels (SwiGLU, the weighted add into a token's
-// output), shared by the vdpbf16ps kernels (fast_kernels_avx512.cpp) and the AMX ones
+// output, int8 dequantisation), shared by the vdpbf16ps kernels (fast_kernels_avx512.cpp) and the AMX ones
 // (fast_kernels_amx.cpp). Include it after `#pragma GCC target` enables AVX-512 (F, DQ) and FMA: everything
 // here is compiled for that target, and only kernels chosen after a cpuid check call it.
 #include <immintrin.h>
@@ -51,6 +51,13 @@ inline void add_scaled_rows(float* out, const __m512 (&v)[kTiles], float weight,
                             _mm512_fmadd_ps(w, v[r], _mm512_maskz_loadu_ps(m, out + 16 * r)));
     }
   }
+}
+
+// (acc - comp) · w_scale · x_scale for tile r
+inline __m512 dequant(__m512i acc, const float* w_scale, const int32_t* w_comp, int r, float x_scale) {
+  const __m512i centred = _mm512_sub_epi32(acc, _mm512_loadu_si512(w_comp + 16 * r));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(centred),
+                       _mm512_mul_ps(_mm512_loadu_ps(w_scale + 16 * r), _mm512_set1_ps(x_scale)));
 }
 
 }  // namespace

@@ -114,16 +114,16 @@ Isa detect_isa() {
       return Isa::avx2;
     }
     if (want == "amx") {
-      MOE_CHECK(avx512 && amx_bf16_usable(),
-                "MOE_CPU_ISA=amx but this CPU lacks AMX-BF16 (or AVX-512 BF16/VNNI), or the OS does not grant "
-                "this process the tile state (Linux 5.16+)");
+      MOE_CHECK(avx512 && amx_usable(),
+                "MOE_CPU_ISA=amx but this CPU lacks AMX (BF16, INT8) or AVX-512 BF16/VNNI, or the OS does not "
+                "grant this process the tile state (Linux 5.16+)");
       return Isa::amx;
     }
     MOE_CHECK(want == "avx512", "MOE_CPU_ISA must be avx2, avx512 or amx, got '{}'", want);
     MOE_CHECK(avx512, "MOE_CPU_ISA=avx512 but this CPU lacks AVX-512 BF16/VNNI");
     return Isa::avx512;
   }
-  if (avx512 && amx_bf16_usable()) return Isa::amx;
+  if (avx512 && amx_usable()) return Isa::amx;
   if (avx512) return Isa::avx512;
   MOE_CHECK(cpu_has_avx2(), "the fast CPU experts need AVX2 and FMA; use the reference experts on this CPU");
   return Isa::avx2;
@@ -175,24 +175,25 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
   ThreadPool& pool = ThreadPool::global();
   const int n_threads = pool.size();
   const bool bf16 = format == WeightFormat::bf16;
-  // An expert's panel size: bf16 experts of panel + 1 .. wide_panel tokens run them all in one wide panel, a
-  // single pass over each block (KernelTable::wide_panel), the others panels of at most `panel`.
+  // An expert's panel size: AMX tiles take up to tile_panel tokens; otherwise bf16 experts of panel + 1 ..
+  // wide_panel tokens run them all in one wide panel, a single pass over each block (KernelTable::wide_panel),
+  // the others panels of at most `panel`.
   const auto panel_for = [&](int64_t count) {
-    if (bf16 && kernels.tile_panel > 0) return kernels.tile_panel;
+    if (kernels.tile_panel > 0) return kernels.tile_panel;
     const bool wide = bf16 && count > kernels.panel && count <= kernels.wide_panel;
     return wide ? static_cast<int>(count) : kernels.panel;
   };
   // Tile panels read their tokens' x rows equally spaced: pass 0 then writes x in segment order instead,
   // row (segment s, i) holding token s.token[i] (T k rows instead of T).
-  const bool x_by_segment = bf16 && kernels.tile_panel > 0;
+  const bool x_by_segment = kernels.tile_panel > 0;
   std::vector<int64_t> segment_row(segs.size() + 1, 0);
   for (size_t s = 0; s < segs.size(); ++s) segment_row[s + 1] = segment_row[s] + segs[s].count;
 
-  // Pass 0: the tokens' activations, [T, Hp] bf16 (or [T k, Hp] in segment order, x_by_segment), or u8 + a
-  // scale per token.
+  // Pass 0: the tokens' activations, [T, Hp] (or [T k, Hp] in segment order, x_by_segment) bf16, or u8 and a
+  // scale per row.
   const int64_t x_rows = x_by_segment ? segment_row.back() : T;
   Tensor xq = Tensor::empty(bf16 ? DType::BF16 : DType::U8, {x_rows, Hp});
-  std::vector<float> x_scale(bf16 ? 0 : T);
+  std::vector<float> x_scale(bf16 ? 0 : x_rows);
   const float* xf = x.data_as<float>();
   std::vector<int32_t> row_token;  // x_by_segment: the token of each row
   if (x_by_segment)
@@ -205,14 +206,15 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
         for (int64_t h = 0; h < H; ++h) row[h] = f32_to_bf16(xf[t * H + h]);
         std::fill(row + H, row + Hp, uint16_t{0});
       } else {
-        x_scale[t] = quantize_row_u8(xf + t * H, H, Hp, static_cast<uint8_t*>(xq.data()) + t * Hp);
+        x_scale[r] = quantize_row_u8(xf + t * H, H, Hp, static_cast<uint8_t*>(xq.data()) + r * Hp);
       }
     }
   });
-  // x of row i of segment s.
+  // The x row (and its int8 scale) of row i of segment s.
+  auto x_index = [&](size_t s, int64_t i) { return x_by_segment ? segment_row[s] + i : segs[s].token[i]; };
   auto x_row = [&](size_t s, int64_t i) {
-    const int64_t r = x_by_segment ? segment_row[s] + i : segs[s].token[i];
-    return reinterpret_cast<const uint32_t*>(static_cast<const char*>(xq.data()) + r * Hp * (bf16 ? 2 : 1));
+    return reinterpret_cast<const uint32_t*>(static_cast<const char*>(xq.data()) +
+                                             x_index(s, i) * Hp * (bf16 ? 2 : 1));
   };
 
   // Activations of every (segment, row): bf16 [rows, I_pad], or fp32 then u8 for int8.
@@ -256,12 +258,18 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
             }
             kernels.gate_up_bf16(a);
           } else {
-            GateUpInt8Args a{.w = e.gate_up.int8_block(b), .k_quads = Hp / 4,
+            GateUpInt8Args a{.w = e.gate_up.int8_block(b),
+                             .k_quads = Hp / 4,
                              .w_scale = e.gate_up.scale.data() + b * kBlockRows,
-                             .w_comp = e.gate_up.comp.data() + b * kBlockRows, .x = {}, .x_scale = {}, .act = {}, .n = n};
+                             .w_comp = e.gate_up.comp.data() + b * kBlockRows,
+                             .x = {},
+                             .x_stride = Hp,
+                             .x_scale = {},
+                             .act = {},
+                             .n = n};
             for (int i = 0; i < n; ++i) {
               a.x[i] = x_row(items[it].segment, begin + i);
-              a.x_scale[i] = x_scale[s.token[begin + i]];
+              a.x_scale[i] = x_scale[x_index(items[it].segment, begin + i)];
               a.act[i] = act.data_as<float>() + act_offset[items[it].segment] + (begin + i) * e.intermediate_pad +
                          b * kGateUpCols;
             }
@@ -321,9 +329,17 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
           }
         } else {
           for_each_panel(s.count, kernels.panel, [&](int64_t begin, int n) {
-            DownInt8Args a{.w = e.down.int8_block(b), .k_quads = Ip / 4, .w_scale = e.down.scale.data() + b * kBlockRows,
-                           .w_comp = e.down.comp.data() + b * kBlockRows, .x = {}, .x_scale = {}, .out = {},
-                           .weight = {}, .valid_rows = valid, .n = n};
+            DownInt8Args a{.w = e.down.int8_block(b),
+                           .k_quads = Ip / 4,
+                           .w_scale = e.down.scale.data() + b * kBlockRows,
+                           .w_comp = e.down.comp.data() + b * kBlockRows,
+                           .x = {},
+                           .x_stride = Ip,
+                           .x_scale = {},
+                           .out = {},
+                           .weight = {},
+                           .valid_rows = valid,
+                           .n = n};
             for (int i = 0; i < n; ++i) {
               a.x[i] = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(act_q.data()) + act_offset[si] +
                                                          (begin + i) * Ip);

@@ -35,7 +35,7 @@ struct PackedExpert {
   WeightFormat format = WeightFormat::bf16;
   int64_t hidden = 0, intermediate = 0;
   int64_t hidden_pad = 0;        // multiple of 64: down's rows, gate/up's k
-  int64_t intermediate_pad = 0;  // multiple of 32: gate/up's rows (halves), down's k
+  int64_t intermediate_pad = 0;  // multiple of 64: gate/up's rows (halves), down's k
   PackedMatrix gate_up;          // intermediate_pad / 32 blocks, k = hidden_pad
   PackedMatrix down;             // hidden_pad / 64 blocks, k = intermediate_pad
 };
@@ -67,14 +67,16 @@ struct DownBf16Args {
   int valid_rows;  // rows of the block inside the hidden size
   int n;
 };
+// int8 x rows: as bf16's (x[i], and x_stride where KernelTable::tile_panel is set).
 struct GateUpInt8Args {
   const int8_t* w;
   int64_t k_quads;
   const float* w_scale;  // [64]
   const int32_t* w_comp; // [64]
-  const uint32_t* x[kMaxPanel];  // each token's u8 quads (q + 128)
-  float x_scale[kMaxPanel];
-  float* act[kMaxPanel];  // each token's 32 fp32 outputs
+  const uint32_t* x[kMaxTilePanel];  // each token's u8 quads (q + 128)
+  int64_t x_stride;                  // bytes
+  float x_scale[kMaxTilePanel];
+  float* act[kMaxTilePanel];  // each token's 32 fp32 outputs
   int n;
 };
 struct DownInt8Args {
@@ -82,10 +84,11 @@ struct DownInt8Args {
   int64_t k_quads;
   const float* w_scale;
   const int32_t* w_comp;
-  const uint32_t* x[kMaxPanel];
-  float x_scale[kMaxPanel];
-  float* out[kMaxPanel];
-  float weight[kMaxPanel];
+  const uint32_t* x[kMaxTilePanel];
+  int64_t x_stride;  // bytes
+  float x_scale[kMaxTilePanel];
+  float* out[kMaxTilePanel];
+  float weight[kMaxTilePanel];
   int valid_rows;
   int n;
 };
@@ -94,7 +97,8 @@ struct KernelTable {
   int panel;  // tokens per call the ISA's register file suits
   // bf16: panels of panel + 1 .. wide_panel tokens also run in one call, one pass over the block (0: none).
   int wide_panel;
-  // bf16 with AMX tiles: panels of up to tile_panel tokens in every call, x rows equally spaced (0: none).
+  // AMX tiles (bf16 and int8): panels of up to tile_panel tokens in every call, x rows equally spaced (0:
+  // none).
   int tile_panel;
   void (*gate_up_bf16)(const GateUpBf16Args&);
   void (*down_bf16)(const DownBf16Args&);
@@ -104,7 +108,7 @@ struct KernelTable {
 
 const KernelTable& avx512_kernels(StreamPrefetch prefetch);
 const KernelTable& avx2_kernels();
-// bf16 on AMX tiles, int8 as avx512_kernels (call only where amx_bf16_usable()).
+// bf16 and int8 on AMX tiles (call only where amx_usable()).
 const KernelTable& amx_kernels(StreamPrefetch prefetch);
 
 // Scalar silu(g) * u in fp32, as the fallback epilogues use it.

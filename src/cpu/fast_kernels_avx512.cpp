@@ -319,13 +319,6 @@ void down_bf16(const DownBf16Args& a) {
   }
 }
 
-// (acc - comp) · w_scale · x_scale for tile r
-inline __m512 dequant(__m512i acc, const float* w_scale, const int32_t* w_comp, int r, float x_scale) {
-  const __m512i centred = _mm512_sub_epi32(acc, _mm512_loadu_si512(w_comp + 16 * r));
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(centred),
-                       _mm512_mul_ps(_mm512_loadu_ps(w_scale + 16 * r), _mm512_set1_ps(x_scale)));
-}
-
 template <int N, bool P>
 void gate_up_int8(const GateUpInt8Args& a) {
   __m512i acc[kTiles][N];

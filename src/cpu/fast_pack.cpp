@@ -105,7 +105,9 @@ PackedExpertPtr pack_expert(const SwigluWeights& w, WeightFormat format) {
   e->hidden = w.gate.size(1);
   e->intermediate = w.gate.size(0);
   e->hidden_pad = round_up(e->hidden, kBlockRows);
-  e->intermediate_pad = round_up(e->intermediate, kGateUpCols);
+  // NOTE: 64, not the gate_up block's 32: the down projection's k then runs in whole AMX steps (16 int8
+  // quads, 32 bf16 pairs); real models' intermediate sizes are multiples of 64 anyway.
+  e->intermediate_pad = round_up(e->intermediate, 2 * kGateUpCols);
   const int64_t H = e->hidden, I = e->intermediate;
   e->gate_up = pack_matrix(e->intermediate_pad / kGateUpCols, H, e->hidden_pad, format, [&](int64_t b, int r) {
     const int64_t i = b * kGateUpCols + r % kGateUpCols;

@@ -74,7 +74,7 @@ std::vector<KernelPath> kernel_paths() {
   if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni"))
     for (StreamPrefetch prefetch : {StreamPrefetch::software, StreamPrefetch::hardware})
       out.push_back({Isa::avx512, prefetch});
-  if (amx_bf16_usable())
+  if (amx_usable())
     for (StreamPrefetch prefetch : {StreamPrefetch::software, StreamPrefetch::hardware})
       out.push_back({Isa::amx, prefetch});
   return out;
@@ -377,7 +377,7 @@ TEST(FastExperts, IsaCanBeForcedByEnvironment) {
   isa.set("avx2");
   EXPECT_EQ(detect_isa(), Isa::avx2);
   isa.set("amx");
-  if (amx_bf16_usable()) {
+  if (amx_usable()) {
     EXPECT_EQ(detect_isa(), Isa::amx);
   } else {
     EXPECT_THROW(detect_isa(), Error) << "amx asked for on a CPU (or OS) without it";

@@ -7,7 +7,7 @@
 //   2. down, the threads splitting the hidden dimension, each expert's result accumulated straight into
 //      its tokens' output rows with the routing weight (no [rows, H] intermediate, no unpermute pass;
 //      a token's experts are added in expert order, so the result does not depend on the thread count).
-// ISA: AMX tiles (tdpbf16ps) for bf16 weights where the CPU and the OS allow them, AVX-512 with vdpbf16ps
+// ISA: AMX tiles (tdpbf16ps, tdpbusd) where the CPU and the OS allow them, AVX-512 with vdpbf16ps
 // (bf16) / vpdpbusd (int8) where the CPU has them, AVX2+FMA otherwise, chosen at run time; MOE_CPU_ISA
 // forces one (tests run every path the machine has).
 
@@ -24,7 +24,7 @@ namespace moe::cpu {
 enum class Isa : uint8_t {
   avx512,  // AVX-512 F/BW/VL + BF16 (+ VNNI for int8 weights)
   avx2,    // AVX2 + FMA (int8: portable loops)
-  amx,     // AMX-BF16 tiles for bf16 weights (panels of up to 16 tokens), the rest as avx512
+  amx,     // AMX-BF16 / AMX-INT8 tiles (panels of up to 16 tokens), epilogues as avx512
 };
 
 // The best ISA this CPU runs, unless MOE_CPU_ISA (avx2 | avx512 | amx) asks for another; asking for one the
@@ -38,9 +38,9 @@ enum class StreamPrefetch : uint8_t { software, hardware };
 // hardware on AMD CPUs, software on others, unless MOE_CPU_STREAM_PREFETCH (software | hardware) asks.
 StreamPrefetch detect_stream_prefetch();
 std::string_view stream_prefetch_name(StreamPrefetch prefetch);
-// Whether this CPU has AMX-BF16 tiles (and AVX-512 BF16 for the epilogues) and the OS lets this process use
-// them: the first call asks Linux for the tile data state (arch_prctl), once per process.
-bool amx_bf16_usable();
+// Whether this CPU has AMX tiles with BF16 and INT8 (and AVX-512 BF16 for the epilogues) and the OS lets this
+// process use them: the first call asks Linux for the tile data state (arch_prctl), once per process.
+bool amx_usable();
 // Whether this CPU runs the fast experts at all (AVX2 + FMA); callers fall back to the reference ops if not.
 bool fast_experts_available();
 std::string_view isa_name(Isa isa);
