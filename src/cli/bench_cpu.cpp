@@ -104,9 +104,10 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64
              isa != cpu::Isa::avx2
                  ? fmt::format(" ({})", cpu::stream_prefetch_name(cpu::detect_stream_prefetch()))
                  : "");
-  if (isa == cpu::Isa::amx && !int8)
-    fmt::print("  bf16 experts on AMX tiles; the floor's compute term stays the vdpbf16ps peak (issue 3's floor), "
-               "which the tiles exceed many times, so compute-bound points run below 1x\n");
+  if (isa == cpu::Isa::amx)
+    fmt::print("  experts on AMX tiles; the floor's compute term stays the {} peak (issue 3's floor), which the "
+               "tiles exceed many times, so compute-bound points run below 1x\n",
+               int8 ? "vpdpbusd" : "vdpbf16ps");
   fmt::print("  {} layers rotated, {} distinct experts each{} ({:.2f} GiB of packed expert weights)\n", layers,
              physical, physical < s.n_experts ? fmt::format(" (expert e aliases e mod {})", physical) : "",
              layers * physical * expert_bytes / (1 << 30));
