@@ -147,7 +147,7 @@ std::string_view stream_prefetch_name(StreamPrefetch prefetch) {
 bool fast_experts_available() { return cpu_has_avx2(); }
 
 std::string_view isa_name(Isa isa) {
-  if (isa == Isa::amx) return "amx-bf16";
+  if (isa == Isa::amx) return "amx";
   return isa == Isa::avx512 ? "avx512-bf16" : "avx2-fma";
 }
 
