@@ -66,6 +66,22 @@ static __global__ void tiles_kernel(const int32_t* __restrict__ offsets, const i
   if (e < n_experts) write_tiles(e, offsets[e], counts[e], first, map);
 }
 
+// Pair i of rank `rank` in its expert's segment (from segment_offset): its row, weight and token, or dropped
+// (row -1, weight 0) past the padded layout's capacity or for rank < 0 (a pair of no expert).
+__device__ __forceinline__ void place_pair(const PermuteBuffers& b, int64_t i, int64_t rank,
+                                           int64_t segment_offset, int64_t capacity, float weight,
+                                           int top_k) {
+  if (rank < 0 || (capacity >= 0 && rank >= capacity)) {
+    b.pair_rows[i] = -1;
+    b.pair_weights[i] = 0.0f;
+    return;
+  }
+  const int64_t row = segment_offset + rank;
+  b.pair_rows[i] = static_cast<int32_t>(row);
+  b.pair_weights[i] = weight;
+  b.row_token[row] = static_cast<int32_t>(i / top_k);
+}
+
 // Small batches (E <= 256, at most kSmallMaxPairs pairs) take one launch for the whole permute and the tile
 // map: below kExpertBlocksFrom pairs in one block, from there in a block per expert.
 constexpr int kSmallMaxExperts = 256, kSmallMaxPairs = 16384, kExpertBlocksFrom = 4096;
@@ -154,18 +170,9 @@ static __global__ void __launch_bounds__(WARPS * 32)
     const int32_t e = slice_ids[c];
     const unsigned peers = __match_any_sync(0xffffffffu, e);
     const int rank_in_chunk = __popc(peers & ((1u << lane) - 1u));
-    if (valid) {
-      const int64_t rank = warp_base[warp][e] + rank_in_chunk;
-      if (capacity >= 0 && rank >= capacity) {
-        b.pair_rows[i] = -1;
-        b.pair_weights[i] = 0.0f;
-      } else {
-        const int64_t row = capacity < 0 ? prefix[e] + rank : e * capacity + rank;
-        b.pair_rows[i] = static_cast<int32_t>(row);
-        b.pair_weights[i] = slice_weights[c];
-        b.row_token[row] = i / top_k;
-      }
-    }
+    if (valid)
+      place_pair(b, i, warp_base[warp][e] + rank_in_chunk, capacity < 0 ? prefix[e] : e * capacity, capacity,
+                 slice_weights[c], top_k);
     __syncwarp();
     if (valid && rank_in_chunk == 0) warp_base[warp][e] += __popc(peers);
     __syncwarp();
@@ -268,16 +275,8 @@ static __global__ void __launch_bounds__(kExpertBlockThreads)
     const unsigned mine = __ballot_sync(0xffffffffu, id[c] == e);
     if (id[c] != e) continue;
     const int i = c * kExpertBlockThreads + tid;
-    const int64_t rank = chunk_base[c][warp] + __popc(mine & lanes_before);
-    if (capacity >= 0 && rank >= capacity) {
-      b.pair_rows[i] = -1;
-      b.pair_weights[i] = 0.0f;
-    } else {
-      const int64_t row = segment_offset + rank;
-      b.pair_rows[i] = static_cast<int32_t>(row);
-      b.pair_weights[i] = topk_weights[i];
-      b.row_token[row] = i / top_k;
-    }
+    place_pair(b, i, chunk_base[c][warp] + __popc(mine & lanes_before), segment_offset, capacity,
+               topk_weights[i], top_k);
   }
 }
 
@@ -408,16 +407,12 @@ static __global__ void __launch_bounds__(kScanThreads)
   for (int j = 0; j < kPairsPerThread; ++j) {
     const int64_t i = first_pair + j * kScanThreads;
     if (i >= n_pairs) break;
-    const int64_t rank = id[j] >= 0 ? int64_t{rank_base[id[j]]} + rank_in_chunk[j] : -1;
-    if (rank < 0 || (capacity >= 0 && rank >= capacity)) {
-      b.pair_rows[i] = -1;
-      b.pair_weights[i] = 0.0f;
-      continue;
+    if (id[j] < 0) {
+      place_pair(b, i, -1, 0, capacity, 0.0f, top_k);
+    } else {
+      place_pair(b, i, int64_t{rank_base[id[j]]} + rank_in_chunk[j], seg_offset[id[j]], capacity, weight[j],
+                 top_k);
     }
-    const int64_t row = seg_offset[id[j]] + rank;
-    b.pair_rows[i] = static_cast<int32_t>(row);
-    b.pair_weights[i] = weight[j];
-    b.row_token[row] = static_cast<int32_t>(i / top_k);
   }
   for (int x = blockIdx.x; x < n_experts; x += gridDim.x) {
     write_tiles(x, seg_offset[x], seg_rows[x], seg_first_tile[x], tiles, e, kScanThreads);
