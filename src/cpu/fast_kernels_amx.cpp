@@ -69,6 +69,15 @@ template <bool kSoftwarePrefetch, int R>
   }
 }
 
+// Tile c += tile 4 (x) · tile b, with the product of dot_tiles' kInt8.
+// NOTE: a macro, as the tile intrinsics take their tile numbers as literals (they are pasted into the asm).
+#define MOE_TILE_DOT(c, b)   \
+  if constexpr (kInt8) {     \
+    _tile_dpbusd(c, 4, b);   \
+  } else {                   \
+    _tile_dpbf16ps(c, 4, b); \
+  }
+
 // c[r][i][j] = Σ_p block[p][16r + j] · x_i[p] over k pairs (int8: quads; c then holds int32), for the n
 // tokens x_i = x0 + i · x_stride bytes.
 template <bool kInt8, bool kSoftwarePrefetch>
@@ -88,13 +97,6 @@ template <bool kInt8, bool kSoftwarePrefetch>
   // ran 14.4-14.7 GB/s with the step's 64 lines prefetched at once, 16.6 with no prefetch and 18.5-19.0
   // spread as here (a read probe: 17.7-18.4); in the layer, Mixtral T=1 went from 1.27 to 1.00-1.03x its
   // floor.
-// NOTE: a macro, as the tile intrinsics take their tile numbers as literals (they are pasted into the asm).
-#define MOE_TILE_DOT(c, b)   \
-  if constexpr (kInt8) {     \
-    _tile_dpbusd(c, 4, b);   \
-  } else {                   \
-    _tile_dpbf16ps(c, 4, b); \
-  }
   for (int64_t p = 0; p < k_pairs; p += kPairsPerStep, stream += kStepBytes, x += 64) {
     _tile_loadd(4, x, x_stride);
     prefetch_tile<kSoftwarePrefetch, 0>(stream);
