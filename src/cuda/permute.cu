@@ -66,6 +66,26 @@ static __global__ void tiles_kernel(const int32_t* __restrict__ offsets, const i
   if (e < n_experts) write_tiles(e, offsets[e], counts[e], first, map);
 }
 
+// Expert e's segment, from its pair count and the pairs of the experts before it (an exclusive scan of the
+// counts): its first row and its rows, in the contiguous layout (capacity < 0) or the padded one.
+struct Segment {
+  int32_t offset, rows;
+};
+__device__ __forceinline__ Segment segment_of(int e, int32_t count, int32_t before, int64_t capacity) {
+  if (capacity < 0) return {before, count};
+  return {static_cast<int32_t>(e * capacity), static_cast<int32_t>(count < capacity ? count : capacity)};
+}
+
+// Expert e's counters in the permute's buffers.
+__device__ __forceinline__ void write_counters(const PermuteBuffers& b, int e, int32_t count, int32_t before,
+                                               Segment segment) {
+  b.expert_counts[e] = count;
+  b.count_prefix[e] = before;
+  b.expert_offsets[e] = segment.offset;
+  b.segment_counts[e] = segment.rows;
+  b.dropped[e] = count - segment.rows;
+}
+
 // Pair i of rank `rank` in its expert's segment (from segment_offset): its row, weight and token, or dropped
 // (row -1, weight 0) past the padded layout's capacity or for rank < 0 (a pair of no expert).
 __device__ __forceinline__ void place_pair(const PermuteBuffers& b, int64_t i, int64_t rank,
@@ -144,23 +164,17 @@ static __global__ void __launch_bounds__(WARPS * 32)
     }
   int32_t before = 0;
   Scan(temp).ExclusiveSum(tid < n_experts ? count : 0, before);
-  int32_t segment_offset = 0, segment_count = 0;
+  const Segment segment = segment_of(tid, count, before, capacity);
   if (tid < n_experts) {
-    segment_offset = capacity < 0 ? before : static_cast<int32_t>(tid * capacity);
-    segment_count = capacity < 0 ? count : static_cast<int32_t>(count < capacity ? count : capacity);
     prefix[tid] = before;
-    b.expert_counts[tid] = count;
-    b.count_prefix[tid] = before;
-    b.expert_offsets[tid] = segment_offset;
-    b.segment_counts[tid] = segment_count;
-    b.dropped[tid] = count - segment_count;
+    write_counters(b, tid, count, before, segment);
   }
   __syncthreads();
-  const int32_t n_tiles_e = tid < n_experts ? tiles_of(segment_count, tiles) : 0;
+  const int32_t n_tiles_e = tid < n_experts ? tiles_of(segment.rows, tiles) : 0;
   int32_t first = 0, total = 0;
   Scan(temp).ExclusiveSum(n_tiles_e, first, total);
   if (tid == 0) *tiles.n_tiles = static_cast<int32_t>(total < tiles.max_tiles ? total : tiles.max_tiles);
-  if (tid < n_experts) write_tiles(tid, segment_offset, segment_count, first, tiles);
+  if (tid < n_experts) write_tiles(tid, segment.offset, segment.rows, first, tiles);
 
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
@@ -236,20 +250,16 @@ static __global__ void __launch_bounds__(kExpertBlockThreads)
   const int32_t count = tid < n_experts ? counts[tid] : 0;
   int32_t before = 0;
   Scan(temp).ExclusiveSum(count, before);
-  const int32_t rows = capacity < 0 ? count : static_cast<int32_t>(count < capacity ? count : capacity);
-  const int32_t offset = capacity < 0 ? before : static_cast<int32_t>(tid * capacity);
+  const Segment thread_segment = segment_of(tid, count, before, capacity);
   __syncthreads();  // temp is reused
   int32_t first_tile = 0, total_tiles = 0;
-  Scan(temp).ExclusiveSum(tid < n_experts ? tiles_of(rows, tiles) : 0, first_tile, total_tiles);
+  Scan(temp).ExclusiveSum(tid < n_experts ? tiles_of(thread_segment.rows, tiles) : 0, first_tile,
+                          total_tiles);
   if (tid == e) {
-    segment[0] = offset;
-    segment[1] = rows;
+    segment[0] = thread_segment.offset;
+    segment[1] = thread_segment.rows;
     segment[2] = first_tile;
-    b.expert_counts[e] = count;
-    b.count_prefix[e] = before;
-    b.expert_offsets[e] = offset;
-    b.segment_counts[e] = rows;
-    b.dropped[e] = count - rows;
+    write_counters(b, e, count, before, thread_segment);
   }
   if (e == 0 && tid == 0)
     *tiles.n_tiles = static_cast<int32_t>(total_tiles < tiles.max_tiles ? total_tiles : tiles.max_tiles);
@@ -382,23 +392,16 @@ static __global__ void __launch_bounds__(kScanThreads)
   }
   int32_t before = 0;
   Scan(temp).ExclusiveSum(total, before);
-  const int32_t rows = capacity < 0 ? total : static_cast<int32_t>(total < capacity ? total : capacity);
-  const int32_t offset = capacity < 0 ? before : static_cast<int32_t>(e * capacity);
+  const Segment segment = segment_of(e, total, before, capacity);
   __syncthreads();  // temp is reused
   int32_t first_tile = 0, total_tiles = 0;
-  Scan(temp).ExclusiveSum(e < n_experts ? tiles_of(rows, tiles) : 0, first_tile, total_tiles);
+  Scan(temp).ExclusiveSum(e < n_experts ? tiles_of(segment.rows, tiles) : 0, first_tile, total_tiles);
   if (e < n_experts) {
     rank_base[e] = before_chunk;
-    seg_offset[e] = offset;
-    seg_rows[e] = rows;
+    seg_offset[e] = segment.offset;
+    seg_rows[e] = segment.rows;
     seg_first_tile[e] = first_tile;
-    if (e % gridDim.x == blockIdx.x) {
-      b.expert_counts[e] = total;
-      b.count_prefix[e] = before;
-      b.expert_offsets[e] = offset;
-      b.segment_counts[e] = rows;
-      b.dropped[e] = total - rows;
-    }
+    if (e % gridDim.x == blockIdx.x) write_counters(b, e, total, before, segment);
   }
   if (blockIdx.x == 0 && e == 0)
     *tiles.n_tiles = static_cast<int32_t>(total_tiles < tiles.max_tiles ? total_tiles : tiles.max_tiles);
