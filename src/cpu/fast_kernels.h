@@ -44,26 +44,25 @@ struct PackedExpert {
 // the ISA has wide panels: KernelTable::wide_panel; n <= kMaxTilePanel with AMX tiles: KernelTable::tile_panel).
 inline constexpr int kMaxPanel = 6;
 inline constexpr int kMaxWidePanel = 12;
-inline constexpr int kMaxTilePanel = 16;  // an AMX tile's rows
-inline constexpr int kMaxBf16Panel = kMaxTilePanel;
+inline constexpr int kMaxTilePanel = 16;  // an AMX tile's rows: the widest panel of every format
 
 // bf16 x rows: x[i] for each token; where KernelTable::tile_panel is set, the rows are also equally spaced,
 // x[i] = x[0] + i * x_stride bytes (the AMX kernels load the panel as one tile of rows).
 struct GateUpBf16Args {
   const uint16_t* w;         // the block
   int64_t k_pairs;
-  const uint32_t* x[kMaxBf16Panel];  // each token's bf16 pairs [k_pairs]
+  const uint32_t* x[kMaxTilePanel];  // each token's bf16 pairs [k_pairs]
   int64_t x_stride;                  // bytes
-  uint16_t* act[kMaxBf16Panel];      // each token's 32 bf16 outputs silu(gate) * up
+  uint16_t* act[kMaxTilePanel];      // each token's 32 bf16 outputs silu(gate) * up
   int n;
 };
 struct DownBf16Args {
   const uint16_t* w;  // the block, at pair p0 of a k chunk
   int64_t k_pairs;    // pairs in the chunk
-  const uint32_t* x[kMaxBf16Panel];  // each token's activation pairs, from p0
+  const uint32_t* x[kMaxTilePanel];  // each token's activation pairs, from p0
   int64_t x_stride;                  // bytes
-  float* out[kMaxBf16Panel];         // each token's 64 output values (+= weight * result)
-  float weight[kMaxBf16Panel];
+  float* out[kMaxTilePanel];         // each token's 64 output values (+= weight * result)
+  float weight[kMaxTilePanel];
   int valid_rows;  // rows of the block inside the hidden size
   int n;
 };
