@@ -23,12 +23,13 @@
 // a shared-memory handoff). With half tiles on, a tile
 // whose valid rows all fall in the first 64 leaves the second consumer idle for that unit (see
 // wgmma_schedule_for for when that pays). From 256 rows per expert the blocks run in clusters of 2 that
-// share each weight tile by TMA multicast (PAIRS, at the kernel). A tall tile (an expert's last, with up to
-// kTallRows rows past its 128; TileMap::tall_rows) also loads those rows and multiplies them by the same
-// weight tile as a small GEMM with the roles swapped (weights as wgmma's M side, the extra rows as N = 32),
-// so that the few rows past an expert's last full tile cost a quarter of a tile's math and no weight
-// traffic, instead of a tile of their own. The number of row tiles is read on the device, so nothing here
-// synchronises with the host.
+// share each weight tile by TMA multicast (PAIRS, at the kernel); below that, in gate/up GEMMs of long K,
+// clusters of 2 on two column tiles of one row tile that share its A tile (COLUMN_PAIRS). A tall tile (an
+// expert's last, with up to kTallRows rows past its 128; TileMap::tall_rows) also loads those rows and
+// multiplies them by the same weight tile as a small GEMM with the roles swapped (weights as wgmma's M side,
+// the extra rows as N = 32), so that the few rows past an expert's last full tile cost a quarter of a tile's
+// math and no weight traffic, instead of a tile of their own. The number of row tiles is read on the device,
+// so nothing here synchronises with the host.
 // Written from the PTX ISA (wgmma, cp.async.bulk.tensor, mbarrier); no code from other projects.
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched through the runtime)
 #include <cudaTypedefs.h>
@@ -96,6 +97,8 @@ constexpr uint32_t kHandoffThreads = 256 + kStoreThreads;
 constexpr int64_t kStagedMaxK = 1024;
 // ... and those of at least this reduction length over half tiles.
 constexpr int64_t kStagedMinHalfTileK = 4096;
+// The policy runs column pairs in gate/up GEMMs of at least this reduction length (wgmma_schedule_for).
+constexpr int64_t kColumnPairsMinK = 6144;
 constexpr size_t smem_bytes(bool swiglu, bool staged) {
   return static_cast<size_t>(stages(staged)) * kStageBytes + staging_bytes(swiglu, staged) + 1024 /* alignment */ +
          256 /* barriers */;
@@ -139,10 +142,11 @@ struct WgmmaParams {
 
 // A work unit: rows [row0, row0 + rows) of A (rows <= 128 + tall_rows, all in one segment) times column
 // tile col.
-// shared_b (pairs): the peer CTA's unit has the same weight tile (pair_unit_of).
+// shared_b (pairs): the peer CTA's unit has the same weight tile (pair_unit_of); shared_a (column pairs):
+// the same A tile (column_pair_unit_of).
 struct Unit {
   int32_t row0, rows, col, expert;
-  bool shared_b;
+  bool shared_b, shared_a;
 };
 
 #ifdef MOE_WGMMA_DEVICE
@@ -310,8 +314,8 @@ __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t desc_a,
 // Work unit w -> (row index, column tile) over n_rows row indices (row tiles, or pairs of them): groups of
 // raster_rows consecutive rows, column tile slowest inside a group, so that the blocks running at one time
 // share a few row tiles and the weight tiles of few experts.
-__device__ __forceinline__ int2 raster(const WgmmaParams& p, int64_t w, int n_rows) {
-  const int64_t span = int64_t{p.raster_rows} * p.n_col_tiles;
+__device__ __forceinline__ int2 raster(const WgmmaParams& p, int64_t w, int n_rows, int n_cols) {
+  const int64_t span = int64_t{p.raster_rows} * n_cols;
   const int group = static_cast<int>(w / span), within = static_cast<int>(w % span);
   const int group_rows = min(p.raster_rows, n_rows - group * p.raster_rows);
   return make_int2(group * p.raster_rows + within % group_rows, within / group_rows);
@@ -326,7 +330,7 @@ __device__ __forceinline__ Unit unit_of(const WgmmaParams& p, int tile, int col)
   const int left = p.segment_offsets[u.expert] + p.segment_counts[u.expert] - u.row0;
   u.rows = max(0, left <= kBM + p.tall_rows ? left : kBM);
   u.col = col;
-  u.shared_b = false;
+  u.shared_b = u.shared_a = false;
   return u;
 }
 
@@ -334,12 +338,26 @@ __device__ __forceinline__ Unit unit_of(const WgmmaParams& p, int tile, int col)
 // A lone last tile goes to both CTAs, with no rows to store for the second. shared_b: both tiles belong to
 // one expert, so the two CTAs need the same weight tile and each loads half of it for both (shared_b).
 __device__ __forceinline__ Unit pair_unit_of(const WgmmaParams& p, int64_t w, int n_tiles, uint32_t rank) {
-  const int2 rc = raster(p, w, (n_tiles + 1) / 2);
+  const int2 rc = raster(p, w, (n_tiles + 1) / 2, p.n_col_tiles);
   const int first = 2 * rc.x;
   const bool lone = first + 1 >= n_tiles;
   Unit u = unit_of(p, lone ? first : first + static_cast<int>(rank), rc.y);
   if (lone && rank == 1) u.rows = 0;
   u.shared_b = !lone && p.tile_expert[first] == p.tile_expert[first + 1];
+  return u;
+}
+
+// Column pairs: unit w is (row tile, pair of column tiles 2j and 2j + 1); cluster CTA `rank` takes column
+// tile 2j + rank and loads half of the row tile's A rows for both (shared_a). A lone last column tile goes
+// to both CTAs, each loading all of A, with no rows to store for the second.
+__device__ __forceinline__ Unit column_pair_unit_of(const WgmmaParams& p, int64_t w, int n_tiles,
+                                                    uint32_t rank) {
+  const int2 rc = raster(p, w, n_tiles, (p.n_col_tiles + 1) / 2);
+  const int first = 2 * rc.y;
+  const bool lone = first + 1 >= p.n_col_tiles;
+  Unit u = unit_of(p, rc.x, lone ? first : first + static_cast<int>(rank));
+  if (lone && rank == 1) u.rows = 0;
+  u.shared_a = !lone;
   return u;
 }
 
@@ -349,15 +367,20 @@ __device__ __forceinline__ Unit pair_unit_of(const WgmmaParams& p, int64_t w, in
 // expert's, each CTA's producer loads its own A tile and one half of the shared weight tile, multicast into
 // both CTAs: the two read a weight tile from L2 once instead of twice, and each stage moves 32 KB from L2
 // per CTA instead of 48 (the kernel is bound by L2: 94-98% of its throughput in ncu at 128 x 256 tiles).
-// So that a stage is rewritten only when both CTAs are done with it, each CTA's empty barriers count the
-// consumer warps of both, and both CTAs walk the same units (the first claims, the second takes its tickets).
-// STAGED: the consumers leave each unit's output in a shared-memory buffer and go on to the next unit's
-// k-loop, while warps 1-3 of the producer's warpgroup (the store warps) copy it to C; at short K the
+// With COLUMN_PAIRS (PAIRS too) the clusters take two column tiles of one row tile instead
+// (column_pair_unit_of), and each producer loads its own weight tile and 64 of the A tile's rows (map_a_half)
+// into both CTAs: 40 KB a stage from L2 per CTA, where one row tile per expert leaves no weight tile to
+// share. So that a stage is rewritten only when both CTAs are done with it, each CTA's empty barriers count
+// the consumer warps of both, and both CTAs walk the same units (the first claims, the second takes its
+// tickets). STAGED: the consumers leave each unit's output in a shared-memory buffer and go on to the next
+// unit's k-loop, while warps 1-3 of the producer's warpgroup (the store warps) copy it to C; at short K the
 // scattered stores of the epilogue otherwise leave the tensor cores idle (ncu: ~51% busy at K = 768).
-template <bool SWIGLU, bool PAIRS, bool STAGED>
+template <bool SWIGLU, bool PAIRS, bool STAGED, bool COLUMN_PAIRS>
 static __global__ void __launch_bounds__(kThreads, 1)
-    wgmma_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                              const __grid_constant__ CUtensorMap map_tall, const WgmmaParams p) {
+    wgmma_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
+                              const __grid_constant__ CUtensorMap map_b,
+                              const __grid_constant__ CUtensorMap map_tall,
+                              const __grid_constant__ CUtensorMap map_a_half, const WgmmaParams p) {
 #ifdef MOE_WGMMA_DEVICE
   extern __shared__ unsigned char smem_raw[];
   // NOTE: the 128-byte swizzle repeats every 1024 bytes and the descriptors assume base offset 0. An offset
@@ -382,6 +405,8 @@ static __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_tall)) : "memory");
+    if (COLUMN_PAIRS)
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a_half)) : "memory");
   }
   if constexpr (PAIRS) {
     cluster_sync();  // the peer's barriers exist before anything arrives on them or copies into its stages
@@ -399,7 +424,9 @@ static __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
       const uint32_t rank = PAIRS ? cluster_rank() : 0;
       const int n_tiles = min(*p.n_tiles, p.max_tiles);
-      const int64_t total = int64_t{PAIRS ? (n_tiles + 1) / 2 : n_tiles} * p.n_col_tiles;
+      const int64_t total = !PAIRS         ? int64_t{n_tiles} * p.n_col_tiles
+                            : COLUMN_PAIRS ? int64_t{n_tiles} * ((p.n_col_tiles + 1) / 2)
+                                           : int64_t{(n_tiles + 1) / 2} * p.n_col_tiles;
       const uint64_t a_policy = l2_policy(p.a_hint), b_policy = l2_policy(p.b_hint);
       int32_t* const next_unit = p.scheduler;
       int32_t* const blocks_done = p.scheduler + 1;
@@ -430,8 +457,11 @@ static __global__ void __launch_bounds__(kThreads, 1)
         return w;
       };
       const auto decode = [&](int64_t w) {
-        if constexpr (PAIRS) return pair_unit_of(p, w, n_tiles, rank);
-        const int2 rc = raster(p, w, n_tiles);
+        if constexpr (PAIRS) {
+          if constexpr (COLUMN_PAIRS) return column_pair_unit_of(p, w, n_tiles, rank);
+          return pair_unit_of(p, w, n_tiles, rank);
+        }
+        const int2 rc = raster(p, w, n_tiles, p.n_col_tiles);
         return unit_of(p, rc.x, rc.y);
       };
       int stage = 0, slot = 0;
@@ -456,7 +486,12 @@ static __global__ void __launch_bounds__(kThreads, 1)
           const bool tall = u.rows > kBM;
           mbar_expect_tx(full, kATileBytes + kBTileBytes + (tall ? kTallTileBytes : 0));
           const uint32_t sa = tiles_base + stage * kStageBytes, sb = sa + kATileBytes;
-          tma_load_2d(sa, &map_a, kb * kBK, u.row0, full, a_policy);
+          if (COLUMN_PAIRS && u.shared_a) {  // this CTA's 64 rows of the A tile, into both CTAs
+            tma_load_2d_multicast(sa + rank * kSliceBytes, &map_a_half, kb * kBK,
+                                  u.row0 + static_cast<int32_t>(rank) * 64, full, 0x3, a_policy);
+          } else {
+            tma_load_2d(sa, &map_a, kb * kBK, u.row0, full, a_policy);
+          }
           if (tall) tma_load_2d(sb + kBTileBytes, &map_tall, kb * kBK, u.row0 + kBM, full, a_policy);
           if (PAIRS && u.shared_b) {  // this CTA's half of the weight tile, into both CTAs
             tma_load_2d_multicast(sb + rank * kBBoxBytes, &map_b, kb * kBK, rank == 0 ? b_row0 : b_row1, full, 0x3,
@@ -546,7 +581,12 @@ static __global__ void __launch_bounds__(kThreads, 1)
         }
         break;
       }
-      const Unit u{.row0 = posted.x, .rows = posted.y, .col = posted.z, .expert = posted.w, .shared_b = false};
+      const Unit u{.row0 = posted.x,
+                   .rows = posted.y,
+                   .col = posted.z,
+                   .expert = posted.w,
+                   .shared_b = false,
+                   .shared_a = false};
       // The staged rows: the tile's (a tall tile's extra rows go to C from the consumers).
       const int4 staged = make_int4(u.row0, min(u.rows, kBM), u.col, u.expert);
       if ((p.half_tiles || u.rows == 0) && consumer * 64 >= u.rows) {
@@ -770,11 +810,12 @@ int sm_count() {
 
 // One kernel instance: its shared-memory limit raised once per device, a grid of at most one block per SM
 // (PAIRS: the clusters of 2 that fit at once, as the persistent blocks never make room for more).
-template <bool SWIGLU, bool PAIRS, bool STAGED>
+template <bool SWIGLU, bool PAIRS, bool STAGED, bool COLUMN_PAIRS>
 void launch_instance(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_tall,
-                     const WgmmaParams& p, int64_t max_tiles,
+                     const CUtensorMap& map_a_half, const WgmmaParams& p, int64_t max_tiles,
                      cudaStream_t stream) {
-  constexpr auto kernel = wgmma_grouped_gemm_kernel<SWIGLU, PAIRS, STAGED>;
+  static_assert(PAIRS || !COLUMN_PAIRS, "column pairs are clusters of 2 (PAIRS)");
+  constexpr auto kernel = wgmma_grouped_gemm_kernel<SWIGLU, PAIRS, STAGED, COLUMN_PAIRS>;
   constexpr size_t kSmemBytes = smem_bytes(SWIGLU, STAGED);
   static std::atomic<int> clusters_by_device[64]{};
   int device = 0;
@@ -789,15 +830,17 @@ void launch_instance(const CUtensorMap& map_a, const CUtensorMap& map_b, const C
   // NOTE: the claim counter is int32 and every block claims once past the end.
   MOE_CUDA_REQUIRE(max_tiles * p.n_col_tiles + kMaxBlocks < (int64_t{1} << 31), "wgmma grouped GEMM: too many work units");
   if constexpr (PAIRS) {
-    const int64_t units = (max_tiles + 1) / 2 * p.n_col_tiles;
+    const int64_t units =
+        COLUMN_PAIRS ? max_tiles * ((p.n_col_tiles + 1) / 2) : (max_tiles + 1) / 2 * p.n_col_tiles;
     const int64_t clusters = std::min<int64_t>({int64_t{clusters_by_device[device % 64].load()}, units,
                                                 int64_t{kMaxBlocks / 2}});
-    launch_dependent_clusters(kernel, dim3(static_cast<unsigned>(2 * clusters)), dim3(kThreads), kSmemBytes, stream, 2,
-                              map_a, map_b, map_tall, p);
+    launch_dependent_clusters(kernel, dim3(static_cast<unsigned>(2 * clusters)), dim3(kThreads), kSmemBytes,
+                              stream, 2, map_a, map_b, map_tall, map_a_half, p);
   } else {
     const int64_t units = max_tiles * p.n_col_tiles;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>({int64_t{sm_count()}, units, int64_t{kMaxBlocks}}));
-    launch_dependent(kernel, dim3(blocks), dim3(kThreads), kSmemBytes, stream, map_a, map_b, map_tall, p);
+    launch_dependent(kernel, dim3(blocks), dim3(kThreads), kSmemBytes, stream, map_a, map_b, map_tall,
+                     map_a_half, p);
   }
 }
 
@@ -824,6 +867,11 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
   if (g.n % 8 != 0 || reinterpret_cast<uintptr_t>(g.c) % 16 != 0) schedule.staged_epilogue = false;
   const CUtensorMap map_a = tensor_map(g.a, g.a_rows, g.k, kBM, "A");
   const CUtensorMap map_tall = tensor_map(g.a, g.a_rows, g.k, kTallRows, "A (tall tiles' extra rows)");
+  MOE_CUDA_REQUIRE(!(schedule.pairs && schedule.column_pairs),
+                   "wgmma grouped GEMM: pairs of row tiles and column pairs exclude each other");
+  // Column pairs: each block of a cluster loads 64 of the A tile's rows for both.
+  const CUtensorMap map_a_half =
+      schedule.column_pairs ? tensor_map(g.a, g.a_rows, g.k, kBM / 2, "A (column pairs' halves)") : map_a;
   const CUtensorMap map_b = tensor_map(g.b, g.n_experts * b_rows, g.k, kBBoxRows, "B");
   const WgmmaParams p{.segment_offsets = g.segment_offsets, .segment_counts = g.segment_counts,
                       .tile_expert = g.tile_expert, .tile_row = g.tile_row, .n_tiles = g.n_tiles, .c = g.c,
@@ -836,17 +884,21 @@ void launch_wgmma(const GroupedGemmArgs& g, WgmmaSchedule schedule, cudaStream_t
                       .sector_stores = g.n % 16 == 0 && reinterpret_cast<uintptr_t>(g.c) % 32 == 0 &&
                                        sector_stores_enabled(),
                       .scheduler = g.scheduler};
-  const auto launch = [&]<bool PAIRS>() {
+  const auto launch = [&]<bool PAIRS, bool COLUMN_PAIRS>() {
     if (schedule.staged_epilogue) {
-      launch_instance<SWIGLU, PAIRS, true>(map_a, map_b, map_tall, p, g.max_tiles, stream);
+      launch_instance<SWIGLU, PAIRS, true, COLUMN_PAIRS>(map_a, map_b, map_tall, map_a_half, p, g.max_tiles,
+                                                         stream);
     } else {
-      launch_instance<SWIGLU, PAIRS, false>(map_a, map_b, map_tall, p, g.max_tiles, stream);
+      launch_instance<SWIGLU, PAIRS, false, COLUMN_PAIRS>(map_a, map_b, map_tall, map_a_half, p, g.max_tiles,
+                                                          stream);
     }
   };
-  if (schedule.pairs) {
-    launch.template operator()<true>();
+  if (schedule.column_pairs) {
+    launch.template operator()<true, true>();
+  } else if (schedule.pairs) {
+    launch.template operator()<true, false>();
   } else {
-    launch.template operator()<false>();
+    launch.template operator()<false, false>();
   }
 }
 
@@ -988,14 +1040,21 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, 
   // with 3 stages and the plain epilogue ran Mixtral T=128 in 756 us, with 2 stages 935 (4 stages: 816).
   schedule.staged_epilogue =
       tuned_staged_epilogue.value_or(k <= kStagedMaxK || (small_experts && k >= kStagedMinHalfTileK));
+  // NOTE: column pairs (each A tile read from L2 once per two column tiles), measured on the H200
+  // (bench/RESULTS.md, 23rd session) where tiles are mostly full but an expert has too few rows for pairs of
+  // row tiles: DeepSeek-V3 T=4096's gate/up GEMM (K = 7168, L2 97% busy) 4.85 -> 4.48 ms under ncu, its
+  // L2-to-SM sectors -15%, the layer -1.5 to -2.3%; in the down GEMMs 1.5-3% slower (two blocks in lock step
+  // over shorter units), and in gate/up GEMMs of shorter K even or worse (Qwen3 T=2048, K = 2048: -0.6 to
+  // +0.4%; Mixtral T=512, K = 4096: +0.4 to +1.4%). So gate/up from kColumnPairsMinK only.
+  schedule.column_pairs = gate_up && k >= kColumnPairsMinK && !small_experts && !schedule.pairs;
   if (schedule.pairs) {
     const int pairs_per_expert = static_cast<int>(std::clamp<int64_t>(rows / (256 * n_experts), 1, 8));
     schedule.raster_rows = gate_up ? pairs_per_expert : std::max(4, pairs_per_expert);
   }
   // MOE_WGMMA_HALF_TILES (on/off), MOE_WGMMA_RASTER_ROWS (N or <gate/up N>,<down N>), MOE_WGMMA_L2
-  // (<A>,<B>: normal, last or first), MOE_WGMMA_CLAIM, MOE_WGMMA_PAIRS and MOE_WGMMA_STAGED_EPILOGUE (on/off)
-  // override the policy, for measuring the choices against each other in one device run
-  // (scripts/device/wgmma_schedules.sh).
+  // (<A>,<B>: normal, last or first), MOE_WGMMA_CLAIM, MOE_WGMMA_PAIRS (on/off), MOE_WGMMA_COLUMN_PAIRS (not
+  // with pairs) and MOE_WGMMA_STAGED_EPILOGUE (on/off, or <gate/up>,<down>) override the policy, for
+  // measuring the choices against each other in one device run (scripts/device/wgmma_schedules.sh).
   static const std::optional<bool> half =
       env_on_off("MOE_WGMMA_HALF_TILES", "whether a tile of <= 64 rows runs on one consumer warpgroup");
   // MOE_WGMMA_RASTER_ROWS: N for both GEMMs, or <gate/up>,<down>.
@@ -1028,21 +1087,28 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, 
       env_on_off("MOE_WGMMA_CLAIM", "whether blocks claim work units from a queue or walk a fixed stride");
   static const std::optional<bool> pairs =
       env_on_off("MOE_WGMMA_PAIRS", "whether clusters of 2 blocks share weight tiles by TMA multicast");
-  // MOE_WGMMA_STAGED_EPILOGUE: on|off for both GEMMs, or <gate/up>,<down>.
-  static const std::pair<std::optional<bool>, std::optional<bool>> staged = [] {
-    const std::optional<EnvPair> v = env_pair("MOE_WGMMA_STAGED_EPILOGUE");
+  // MOE_WGMMA_STAGED_EPILOGUE and MOE_WGMMA_COLUMN_PAIRS: on|off for both GEMMs, or <gate/up>,<down>.
+  const auto per_gemm_on_off = [](const char* name, const char* meaning) {
+    const std::optional<EnvPair> v = env_pair(name);
     if (!v) return std::pair<std::optional<bool>, std::optional<bool>>{};
     const auto on_off = [&](const std::string& x) {
-      MOE_CUDA_REQUIRE(x == "on" || x == "off", "MOE_WGMMA_STAGED_EPILOGUE (whether store warps write a unit's "
-                                                "output while the next unit's k-loop runs) must be on, off or "
-                                                "<gate/up>,<down> of those, not '" + v->text + "'");
+      MOE_CUDA_REQUIRE(x == "on" || x == "off", std::string(name) + " (" + meaning + ") must be on, off or " +
+                                                    "<gate/up>,<down> of those, not '" + v->text + "'");
       return std::optional<bool>(x == "on");
     };
     return std::pair{on_off(v->first), on_off(v->second)};
-  }();
+  };
+  static const std::pair<std::optional<bool>, std::optional<bool>> staged =
+      per_gemm_on_off("MOE_WGMMA_STAGED_EPILOGUE",
+                      "whether store warps write a unit's output while the next unit's k-loop runs");
+  static const std::pair<std::optional<bool>, std::optional<bool>> column_pairs =
+      per_gemm_on_off("MOE_WGMMA_COLUMN_PAIRS",
+                      "whether clusters of 2 blocks on two column tiles share the A tile by TMA multicast");
   schedule.half_tiles = half.value_or(schedule.half_tiles);
   schedule.claimed_units = claim.value_or(schedule.claimed_units);
   schedule.pairs = pairs.value_or(schedule.pairs);
+  schedule.column_pairs =
+      (gate_up ? column_pairs.first : column_pairs.second).value_or(schedule.column_pairs) && !schedule.pairs;
   schedule.staged_epilogue = (gate_up ? staged.first : staged.second).value_or(schedule.staged_epilogue);
   if (l2.first >= 0) {
     schedule.a_hint = static_cast<WgmmaSchedule::L2Hint>(l2.first);

@@ -315,10 +315,14 @@ std::string CudaMoeLayer::describe_path(int64_t n_tokens) const {
   const char* chooser = path.plan.tuned ? "tuned table" : "policy";
   if (!path.wgmma)
     return "mma.sync grouped GEMMs, " + std::to_string(path.tile_rows) + "-row tiles (" + chooser + ")";
-  const bool up = wgmma_schedule_for(path.rows, s.E, true, s.H, path.plan.staged_gate_up).staged_epilogue;
-  const bool down = wgmma_schedule_for(path.rows, s.E, false, s.I, path.plan.staged_down).staged_epilogue;
-  return std::string("wgmma grouped GEMMs, staged epilogue gate/up ") + (up ? "on" : "off") + ", down " +
-         (down ? "on" : "off") + " (" + chooser + ")";
+  const WgmmaSchedule up = wgmma_schedule_for(path.rows, s.E, true, s.H, path.plan.staged_gate_up);
+  const WgmmaSchedule down = wgmma_schedule_for(path.rows, s.E, false, s.I, path.plan.staged_down);
+  const auto clusters = [](const WgmmaSchedule& w) {
+    return w.pairs ? "row-tile pairs" : w.column_pairs ? "column pairs" : "none";
+  };
+  return std::string("wgmma grouped GEMMs, staged epilogue gate/up ") + (up.staged_epilogue ? "on" : "off") +
+         ", down " + (down.staged_epilogue ? "on" : "off") + "; clusters gate/up " + clusters(up) +
+         ", down " + clusters(down) + " (" + chooser + ")";
 }
 
 DeviceLoadCounts CudaMoeLayer::read_counts(cudaStream_t stream) const {

@@ -5,11 +5,12 @@
 // walk several tiles and the stages wrap around. Every case runs under several WgmmaSchedules (half tiles
 // on and off; raster groups of 8 and of 3 row tiles; L2 hints; units claimed from the queue or strided,
 // the queue zeroed again after each launch; clusters on pairs of row tiles, shared weight tiles, pairs that
-// straddle experts, a lone last tile; the staged epilogue with and without pairs), each with and without
+// straddle experts, a lone last tile; clusters on pairs of column tiles that share the A tile, a lone last
+// column tile; the staged epilogue with and without pairs), each with and without
 // tall tiles (an expert's last tile taking up to 32 more rows), and cases are built for the edges of half
 // tiles (segments whose last tile holds 1, 63, 64, 65 or 127 rows, large experts next to small ones) and of
-// tall tiles (129, 160, 161, 256 + 24 rows). The unstaged epilogue stores a 32-byte sector a quad where N is a
-// multiple of 16 (N = 64, 128, 192, 256, 512, 1536 here, with masked rows and columns) and 4 bytes a lane
+// tall tiles (129, 160, 161, 256 + 24 rows). The unstaged epilogue stores a 32-byte sector a quad where N is
+// a multiple of 16 (N = 64, 128, 192, 256, 512, 1536 here, with masked rows and columns) and 4 bytes a lane
 // elsewhere (N = 136, 200, 520).
 #include <algorithm>
 #include <cmath>
@@ -121,25 +122,41 @@ void check_case(const Case& c, test::TestRng& rng) {
   // and both ways of walking the units, one after the other on the same work-unit queue.
   const test::Device<int32_t> scheduler(std::vector<int32_t>(wgmma_scheduler_ints(), 0));
   for (const WgmmaSchedule schedule :
-       {WgmmaSchedule{.half_tiles = true, .raster_rows = 8, .a_hint = L2Hint::evict_last, .b_hint = L2Hint::evict_first,
-                      .claimed_units = true},
+       {WgmmaSchedule{.half_tiles = true,
+       .raster_rows = 8,
+       .a_hint = L2Hint::evict_last,
+       .b_hint = L2Hint::evict_first,
+       .claimed_units = true},
         WgmmaSchedule{.half_tiles = false, .raster_rows = 8},
         WgmmaSchedule{.half_tiles = true, .raster_rows = 3, .staged_epilogue = true},
-        WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .a_hint = L2Hint::evict_first, .b_hint = L2Hint::evict_last,
-                      .claimed_units = true},
-        WgmmaSchedule{.half_tiles = true, .raster_rows = 8, .a_hint = L2Hint::evict_last, .claimed_units = true,
-                      .pairs = true},
-        WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .pairs = true, .staged_epilogue = true}}) {
+        WgmmaSchedule{.half_tiles = false,
+        .raster_rows = 3,
+        .a_hint = L2Hint::evict_first,
+        .b_hint = L2Hint::evict_last,
+        .claimed_units = true},
+        WgmmaSchedule{.half_tiles = true,
+        .raster_rows = 8,
+        .a_hint = L2Hint::evict_last,
+        .claimed_units = true,
+        .pairs = true},
+        WgmmaSchedule{.half_tiles = false, .raster_rows = 3, .pairs = true, .staged_epilogue = true},
+        WgmmaSchedule{.half_tiles = false,
+        .raster_rows = 8,
+        .a_hint = L2Hint::evict_last,
+        .claimed_units = true,
+        .column_pairs = true},
+        WgmmaSchedule{.half_tiles = true, .raster_rows = 3, .column_pairs = true, .staged_epilogue = true}}) {
     // Tile maps with and without tall tiles, and with even tiles (empty tiles that keep pairs in one
     // expert: the layer's maps where pairs are on, here under every schedule).
     for (const int tall_rows : {0, kTallRows})
       for (const bool even_tiles : {false, true}) {
-        SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") + ", raster rows " +
-                     std::to_string(schedule.raster_rows) + ", L2 hints " + hint_name(schedule.a_hint) + "/" +
-                     hint_name(schedule.b_hint) + ", units " + (schedule.claimed_units ? "claimed" : "strided") +
-                     (schedule.pairs ? ", pairs" : "") + (schedule.staged_epilogue ? ", staged epilogue" : "") +
-                     ", tall rows " + std::to_string(tall_rows) +
-                     (even_tiles ? ", even tiles" : ""));
+        SCOPED_TRACE("schedule: half tiles " + std::string(schedule.half_tiles ? "on" : "off") +
+                     ", raster rows " + std::to_string(schedule.raster_rows) + ", L2 hints " +
+                     hint_name(schedule.a_hint) + "/" + hint_name(schedule.b_hint) + ", units " +
+                     (schedule.claimed_units ? "claimed" : "strided") + (schedule.pairs ? ", pairs" : "") +
+                     (schedule.column_pairs ? ", column pairs" : "") +
+                     (schedule.staged_epilogue ? ", staged epilogue" : "") + ", tall rows " +
+                     std::to_string(tall_rows) + (even_tiles ? ", even tiles" : ""));
         check_schedule(c, schedule, tall_rows, even_tiles, d_gathered, d_w13, d_w2, d_offsets, d_counts, scheduler,
                        want);
       }
@@ -195,9 +212,8 @@ TEST(CudaWgmmaGroupedGemm, SchedulesAgreeOnHalfTiles) {
 }
 
 TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
-  for (const char* var :
-       {"MOE_WGMMA_HALF_TILES", "MOE_WGMMA_L2", "MOE_WGMMA_CLAIM", "MOE_WGMMA_PAIRS", "MOE_WGMMA_RASTER_ROWS",
-        "MOE_WGMMA_STAGED_EPILOGUE"})
+  for (const char* var : {"MOE_WGMMA_HALF_TILES", "MOE_WGMMA_L2", "MOE_WGMMA_CLAIM", "MOE_WGMMA_PAIRS",
+                          "MOE_WGMMA_RASTER_ROWS", "MOE_WGMMA_STAGED_EPILOGUE", "MOE_WGMMA_COLUMN_PAIRS"})
     if (std::getenv(var) != nullptr) GTEST_SKIP() << var << " overrides the policy";
   EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 256, true, 7168).half_tiles);    // DeepSeek-V3 T=1024: 32 rows per expert
   EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256, true, 7168).half_tiles);   // DeepSeek-V3 T=8192: 256
@@ -210,6 +226,15 @@ TEST(CudaWgmmaGroupedGemm, SchedulePolicyIsTheMeasuredOne) {
   EXPECT_TRUE(wgmma_schedule_for(8192 * 2, 8, true, 4096).pairs);      // Mixtral T=8192: 2048
   EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 256, true, 7168).pairs);   // DeepSeek-V3 T=1024: 32
   EXPECT_FALSE(wgmma_schedule_for(1024 * 8, 128, true, 2048).pairs);   // Qwen3 T=1024: 64
+  // Column pairs in gate/up GEMMs of long K, from 65 rows an expert to the pairs of row tiles.
+  EXPECT_TRUE(wgmma_schedule_for(4096 * 8, 256, true, 7168).column_pairs);    // DeepSeek-V3 T=4096: 128
+  EXPECT_TRUE(wgmma_schedule_for(3072 * 8, 256, true, 7168).column_pairs);    // DeepSeek-V3 T=3072: 96
+  EXPECT_FALSE(wgmma_schedule_for(4096 * 8, 256, false, 2048).column_pairs);  // not in the down GEMM
+  EXPECT_FALSE(
+      wgmma_schedule_for(2048 * 8, 256, true, 7168).column_pairs);  // DeepSeek-V3 T=2048: 64, half tiles
+  EXPECT_FALSE(wgmma_schedule_for(8192 * 8, 256, true, 7168).column_pairs);  // DeepSeek-V3 T=8192: pairs
+  EXPECT_FALSE(wgmma_schedule_for(2048 * 8, 128, true, 2048).column_pairs);  // Qwen3 T=2048: K 2048
+  EXPECT_FALSE(wgmma_schedule_for(512 * 2, 8, true, 4096).column_pairs);     // Mixtral T=512: K 4096
   // The staged epilogue at short k-loops (Qwen3's down GEMM) at every T, and with half tiles at long ones.
   EXPECT_TRUE(wgmma_schedule_for(8192 * 8, 128, false, 768).staged_epilogue);
   EXPECT_TRUE(wgmma_schedule_for(1024 * 8, 128, false, 768).staged_epilogue);

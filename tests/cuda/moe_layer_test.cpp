@@ -89,8 +89,9 @@ TEST(CudaMoeLayer, EveryTokenOnOneExpert) {
 // GEMMs chosen by the policy (this shape is in no tuned table), with the kernel the policy names.
 TEST(CudaMoeLayer, DescribesItsPath) {
   MOE_SKIP_WITHOUT_GPU();
-  if (std::getenv("MOE_DECODE_MAX_TOKENS") || std::getenv("MOE_TILE_ROWS") || std::getenv("MOE_GROUPED_GEMM"))
-    GTEST_SKIP() << "a path is forced in the environment";
+  for (const char* var : {"MOE_DECODE_MAX_TOKENS", "MOE_TILE_ROWS", "MOE_GROUPED_GEMM", "MOE_WGMMA_PAIRS",
+                          "MOE_WGMMA_COLUMN_PAIRS", "MOE_WGMMA_STAGED_EPILOGUE"})
+    if (std::getenv(var) != nullptr) GTEST_SKIP() << var << " forces a path in the environment";
   test::TestRng rng;
   const MoeConfig config = parse_moe_config(test::cuda_case_config("qwen3_moe", 128, 64, 16, 4));
   const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16);
@@ -101,6 +102,10 @@ TEST(CudaMoeLayer, DescribesItsPath) {
   if (wgmma_grouped_gemm_available()) {
     EXPECT_EQ(prefill.rfind("wgmma grouped GEMMs, staged epilogue gate/up ", 0), 0u) << prefill;
     EXPECT_NE(prefill.find("(policy)"), std::string::npos) << prefill;
+    EXPECT_NE(prefill.find("; clusters gate/up row-tile pairs, down row-tile pairs"), std::string::npos)
+        << prefill;
+    const std::string mid = layer.describe_path(512);  // 128 rows an expert, K 128: no column pairs
+    EXPECT_NE(mid.find("; clusters gate/up none, down none"), std::string::npos) << mid;
   } else {
     EXPECT_EQ(prefill, "mma.sync grouped GEMMs, 128-row tiles (policy)");
   }

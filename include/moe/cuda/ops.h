@@ -166,6 +166,9 @@ struct WgmmaSchedule {
   bool claimed_units = false;
   // Clusters of 2 blocks on pairs of row tiles, which load a weight tile shared by both once (multicast).
   bool pairs = false;
+  // Clusters of 2 blocks on pairs of column tiles of one row tile, which load its A tile once (each block 64
+  // of its rows, multicast); not with pairs.
+  bool column_pairs = false;
   // The consumers leave a unit's output in shared memory for three store warps and go on to the next
   // unit's k-loop (a pipeline of 3 stages instead of 4).
   bool staged_epilogue = false;
