@@ -1043,7 +1043,7 @@ WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, 
   // NOTE: column pairs (each A tile read from L2 once per two column tiles), measured on the H200
   // (bench/RESULTS.md, 23rd session) where tiles are mostly full but an expert has too few rows for pairs of
   // row tiles: DeepSeek-V3 T=4096's gate/up GEMM (K = 7168, L2 97% busy) 4.85 -> 4.48 ms under ncu, its
-  // L2-to-SM sectors -15%, the layer -1.5 to -2.3%; in the down GEMMs 1.5-3% slower (two blocks in lock step
+  // L2-to-SM sectors -15%, the layer -1.5 to -2.5%; in the down GEMMs 1.5-3% slower (two blocks in lock step
   // over shorter units), and in gate/up GEMMs of shorter K even or worse (Qwen3 T=2048, K = 2048: -0.6 to
   // +0.4%; Mixtral T=512, K = 4096: +0.4 to +1.4%). So gate/up from kColumnPairsMinK only.
   schedule.column_pairs = gate_up && k >= kColumnPairsMinK && !small_experts && !schedule.pairs;
