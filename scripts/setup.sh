@@ -7,9 +7,9 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build git pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev
-  libpcre2-dev  # Unicode regexes of the tokenizer's pre-tokenizers (src/model)
-  libutf8proc-dev  # NFC normalisation of the tokenizer (src/model)
-  libopenmpi-dev openmpi-bin  # expert parallelism (src/dist) and its mpirun tests
+  libpcre2-dev  # Unicode regexes of the tokenizer's pre-tokenizers (src/text)
+  libutf8proc-dev  # NFC normalisation of the tokenizer (src/text)
+  libopenmpi-dev openmpi-bin  # expert parallelism (src/ep) and its mpirun tests
   clang libclang-rt-14-dev  # the libFuzzer fuzzers (scripts/fuzz.sh; libFuzzer's runtime is only recommended by clang)
 )
 

@@ -17,8 +17,8 @@ $MPIRUN --version 2>&1 | head -1
 ldd $B/moe | grep -E "not found|nccl|mpi\.|fmt|cublas\.so" | sed 's/ (0x.*//'
 $MPIRUN -np "$NP" hostname | sort | uniq -c
 
-echo "== tests: dist_cuda_ep_tests at $NP GPUs"
-$MPIRUN -np "$NP" $B/dist_cuda_ep_tests > "$out/ep_tests.log" 2>&1
+echo "== tests: ep_cuda_ep_tests at $NP GPUs"
+$MPIRUN -np "$NP" $B/ep_cuda_ep_tests > "$out/ep_tests.log" 2>&1
 rc=$?
 echo "exit $rc"
 [ $rc = 0 ] || status=1

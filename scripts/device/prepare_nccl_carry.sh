@@ -12,10 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build-nccl}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=ON >/dev/null
-cmake --build "$build" --target moe dist_cuda_ep_tests cuda_tests causal_lm_cuda_tests -j 2
+cmake --build "$build" --target moe ep_cuda_ep_tests cuda_tests causal_lm_cuda_tests -j 2
 C=${NCCL_CARRY:-.device-carry-nccl}
 rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/mpi/deps" "$C/mpi/usr/bin" "$C/mpi/usr/share"
-cp "$build/bin/moe" "$build/bin/dist_cuda_ep_tests" "$build/bin/cuda_tests" "$build/bin/causal_lm_cuda_tests" "$C/bin/"
+cp "$build/bin/moe" "$build/bin/ep_cuda_ep_tests" "$build/bin/cuda_tests" "$build/bin/causal_lm_cuda_tests" "$C/bin/"
 # Without their symbol tables: the carry and the working tree share a 64 MiB limit.
 strip --strip-unneeded "$C"/bin/*
 cp -L /usr/lib/x86_64-linux-gnu/libfmt.so.9 "$C/lib/"

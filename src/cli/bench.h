@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "moe/dist/communicator.h"
-#include "moe/dist/transfer.h"
+#include "moe/ep/communicator.h"
+#include "moe/ep/transfer.h"
 #include "moe/core/expert_batch.h"
 #include "moe/layer/moe_config.h"
 #include "moe/layer/moe_weights.h"
@@ -99,7 +99,7 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
 // mpirun, uniform random routing, contiguous placement (E must divide by R), no expert compute.
 struct DispatchBenchArgs {
   std::vector<int64_t> tokens = {128, 4096};  // per rank
-  std::vector<dist::Transfer> wires = {dist::Transfer::bf16, dist::Transfer::fp8};  // dispatch wire formats
+  std::vector<ep::Transfer> wires = {ep::Transfer::bf16, ep::Transfer::fp8};  // dispatch wire formats
   int64_t hidden = 7168;
   int n_experts = 256, top_k = 8;  // DeepSeek-V3
   int repeats = 20;
@@ -127,12 +127,12 @@ struct DispatchBenchRow {
 TopK uniform_topk(int64_t n_tokens, int n_experts, int top_k, uint64_t seed);
 // f on every rank `repeats` times after one warm-up, a barrier before each: the median over repeats of the
 // slowest rank's time, in µs.
-double median_slowest_us(dist::Communicator& comm, int repeats, const std::function<void()>& f);
-double mean_over_ranks(dist::Communicator& comm, int64_t value);
-double max_rss_mib(dist::Communicator& comm);  // largest resident set of any rank so far
+double median_slowest_us(ep::Communicator& comm, int repeats, const std::function<void()>& f);
+double mean_over_ranks(ep::Communicator& comm, int64_t value);
+double max_rss_mib(ep::Communicator& comm);  // largest resident set of any rank so far
 
 // Collective: every rank calls it and gets the same rows (one per token count and wire format).
-std::vector<DispatchBenchRow> run_dispatch_bench(dist::Communicator& comm, const DispatchBenchArgs& args);
+std::vector<DispatchBenchRow> run_dispatch_bench(ep::Communicator& comm, const DispatchBenchArgs& args);
 nlohmann::json to_json(const DispatchBenchRow& row);
 void print_dispatch_rows(const std::vector<DispatchBenchRow>& rows);
 // The command: the MPI world, the bench, and rank 0's table and JSON file.

@@ -52,7 +52,7 @@ void run_dispatch(const BenchArgs& a) {
   if (a.tokens_given) d.tokens = parse_tokens(a.tokens);
   d.wires.clear();
   std::stringstream in(a.wire);
-  for (std::string item; std::getline(in, item, ',');) d.wires.push_back(dist::parse_transfer(item));
+  for (std::string item; std::getline(in, item, ',');) d.wires.push_back(ep::parse_transfer(item));
   MOE_CHECK(!d.wires.empty(), "--wire is empty: use bf16, fp8, f32 or a comma-separated list of them");
   if (a.backend == "cuda") {
 #if MOE_WITH_CUDA
@@ -72,7 +72,7 @@ void run_bench(const BenchArgs& a) {
     MOE_CHECK(a.backend == "cpu", "--model times the CPU model runner: drop --backend cuda");
     ModelBenchArgs m = a.model;
     if (a.repeats_given) m.repeats = a.repeats;
-    m.cpu_weights = a.cpu.weights == "int8" ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16;
+    m.cpu_weights = a.cpu.weights == "int8" ? quant::WeightFormat::int8 : quant::WeightFormat::bf16;
     return run_model_bench(m);
   }
   const BenchShape shape = parse_bench_shape(a.shape);

@@ -85,7 +85,7 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64
   MOE_CHECK(o.layers >= 0, "--layers {}: must be positive (or 0 for enough to exceed the cache)", o.layers);
   const MoeConfig config = bench_config(s);
   const bool int8 = o.weights == "int8";
-  const cpu::WeightFormat format = int8 ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16;
+  const quant::WeightFormat format = int8 ? quant::WeightFormat::int8 : quant::WeightFormat::bf16;
   const cpu::Isa isa = cpu::detect_isa();
   const int n_threads = ThreadPool::global().size();
 

@@ -1,4 +1,4 @@
-// `mpirun -np R moe bench --dispatch`: expert-parallel dispatch and combine (dist::EpExchange) without the
+// `mpirun -np R moe bench --dispatch`: expert-parallel dispatch and combine (ep::EpExchange) without the
 // expert compute, against a plain all-to-all of the same bytes measured in the same run.
 //   dispatch: route locally (pairs -> destination ranks), encode rows to the wire format, exchange counts,
 //             all-to-all-v of rows and (slot, weight) pairs, decode to fp32, index the batch by local slot
@@ -18,7 +18,7 @@
 #include <random>
 
 #include "bench.h"
-#include "moe/dist/dispatch_combine.h"
+#include "moe/ep/dispatch_combine.h"
 #include "moe/layer/random_weights.h"
 
 namespace moe::cli {
@@ -48,7 +48,7 @@ TopK uniform_topk(int64_t n_tokens, int n_experts, int top_k, uint64_t seed) {
 
 // Times f on every rank `repeats` times (after one warm-up), a barrier before each; returns the median over
 // repeats of the slowest rank's time, in µs.
-double median_slowest_us(dist::Communicator& comm, int repeats, const std::function<void()>& f) {
+double median_slowest_us(ep::Communicator& comm, int repeats, const std::function<void()>& f) {
   const int R = comm.size();
   std::vector<int64_t> ns(static_cast<size_t>(repeats) * R, 0);  // [repeats, R]; each rank fills its column
   for (int i = -1; i < repeats; ++i) {
@@ -66,14 +66,14 @@ double median_slowest_us(dist::Communicator& comm, int repeats, const std::funct
 }
 
 // Mean over ranks of a per-rank count.
-double mean_over_ranks(dist::Communicator& comm, int64_t value) {
+double mean_over_ranks(ep::Communicator& comm, int64_t value) {
   std::vector<int64_t> v = {value};
   comm.allreduce_sum(v);
   return static_cast<double>(v[0]) / comm.size();
 }
 
 // Largest resident set of any rank so far, in MiB.
-double max_rss_mib(dist::Communicator& comm) {
+double max_rss_mib(ep::Communicator& comm) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   std::vector<int64_t> kib(comm.size(), 0);
@@ -88,21 +88,21 @@ double gbps(double bytes, double us) { return us > 0 ? bytes / (us * 1e-6) / 1e9
 
 // The plain all-to-all of `bytes_per_rank` off-rank bytes per rank: (R - 1) blocks to the peers, plus the
 // block each rank copies to itself (timed, not counted).
-double peer_alltoall_us(dist::Communicator& comm, double bytes_per_rank, int repeats) {
+double peer_alltoall_us(ep::Communicator& comm, double bytes_per_rank, int repeats) {
   const int R = comm.size();
   const int64_t block = static_cast<int64_t>(std::ceil(bytes_per_rank / (R - 1)));
   std::vector<uint8_t> send(static_cast<size_t>(block) * R, 1), recv(static_cast<size_t>(block) * R, 0);  // [R, block]
   return median_slowest_us(comm, repeats, [&] { comm.alltoall(send.data(), recv.data(), block); });
 }
 
-DispatchBenchRow run_one(dist::Communicator& comm, const DispatchBenchArgs& a, int64_t T, dist::Transfer wire) {
+DispatchBenchRow run_one(ep::Communicator& comm, const DispatchBenchArgs& a, int64_t T, ep::Transfer wire) {
   const int R = comm.size();
   DispatchBenchRow row{.ranks = R, .tokens = T, .hidden = a.hidden, .n_experts = a.n_experts, .top_k = a.top_k,
-                       .wire = std::string(dist::transfer_name(wire))};
+                       .wire = std::string(ep::transfer_name(wire))};
   {
     const Tensor x = random_tensor({T, a.hidden}, 1.0f, 700 + comm.rank());  // [T, H] F32
     const TopK topk = uniform_topk(T, a.n_experts, a.top_k, 900 + comm.rank());
-    dist::EpExchange exchange(comm, dist::contiguous_placement(a.n_experts, R), wire, a.top_k);
+    ep::EpExchange exchange(comm, ep::contiguous_placement(a.n_experts, R), wire, a.top_k);
     int64_t dispatch_bytes = 0, combine_bytes = 0;
     row.dispatch_us = median_slowest_us(comm, a.repeats, [&] {
       exchange.dispatch(x, topk, /*copy_rows=*/false);
@@ -125,7 +125,7 @@ DispatchBenchRow run_one(dist::Communicator& comm, const DispatchBenchArgs& a, i
 
 }  // namespace
 
-std::vector<DispatchBenchRow> run_dispatch_bench(dist::Communicator& comm, const DispatchBenchArgs& a) {
+std::vector<DispatchBenchRow> run_dispatch_bench(ep::Communicator& comm, const DispatchBenchArgs& a) {
   MOE_CHECK(comm.size() >= 2, "moe bench --dispatch measures traffic between ranks: run it under mpirun -np R with "
             "R >= 2 (this run has {})", comm.size());
   MOE_CHECK(a.hidden >= 1 && a.top_k >= 1 && a.top_k <= a.n_experts && a.repeats >= 1,
@@ -133,7 +133,7 @@ std::vector<DispatchBenchRow> run_dispatch_bench(dist::Communicator& comm, const
             a.repeats);
   std::vector<DispatchBenchRow> rows;
   for (int64_t T : a.tokens)
-    for (dist::Transfer wire : a.wires) rows.push_back(run_one(comm, a, T, wire));
+    for (ep::Transfer wire : a.wires) rows.push_back(run_one(comm, a, T, wire));
   return rows;
 }
 
@@ -183,7 +183,7 @@ void print_dispatch_rows(const std::vector<DispatchBenchRow>& rows) {
 }
 
 void run_dispatch_bench_command(const DispatchBenchArgs& args) {
-  const std::unique_ptr<dist::Communicator> comm = dist::make_mpi_communicator();
+  const std::unique_ptr<ep::Communicator> comm = ep::make_mpi_communicator();
   const std::vector<DispatchBenchRow> rows = run_dispatch_bench(*comm, args);
   if (comm->rank() != 0) return;
   print_dispatch_rows(rows);

@@ -1,5 +1,5 @@
 // `mpirun -np R moe bench --dispatch --backend cuda`: expert-parallel dispatch and combine on GPUs
-// (dist::CudaEpExchange over NCCL, one GPU per rank) without the expert compute, against NCCL's own
+// (ep::CudaEpExchange over NCCL, one GPU per rank) without the expert compute, against NCCL's own
 // equal-split all-to-all of the same bytes measured in the same run.
 //   dispatch: route on the device (pairs -> ranks), pack rows (bf16 or fp8 + scales) and pairs, exchange the
 //             counts (device -> host copy: the one synchronisation), all-to-all-v of rows and pairs, unpack
@@ -15,14 +15,14 @@
 
 #include "bench.h"
 #include "moe/cuda/device_buffer.h"
-#include "moe/dist/cuda_ep.h"
+#include "moe/ep/cuda_ep.h"
 #include "moe/layer/random_weights.h"
 
 namespace moe::cli {
 
 namespace {
 
-double peer_alltoall_us(dist::DeviceCommunicator& comm, double bytes_per_rank, int repeats, cudaStream_t stream) {
+double peer_alltoall_us(ep::DeviceCommunicator& comm, double bytes_per_rank, int repeats, cudaStream_t stream) {
   const int R = comm.size();
   const int64_t block = static_cast<int64_t>(std::ceil(bytes_per_rank / (R - 1)));
   cuda::DeviceBuffer<uint8_t> send(std::max<int64_t>(block * R, 1)), recv(std::max<int64_t>(block * R, 1));
@@ -33,12 +33,12 @@ double peer_alltoall_us(dist::DeviceCommunicator& comm, double bytes_per_rank, i
   });
 }
 
-DispatchBenchRow run_one(dist::DeviceCommunicator& comm, const DispatchBenchArgs& a, int64_t T, dist::Transfer wire,
+DispatchBenchRow run_one(ep::DeviceCommunicator& comm, const DispatchBenchArgs& a, int64_t T, ep::Transfer wire,
                          cudaStream_t stream) {
-  dist::Communicator& host = comm.host();
+  ep::Communicator& host = comm.host();
   const int R = comm.size();
   DispatchBenchRow row{.ranks = R, .tokens = T, .hidden = a.hidden, .n_experts = a.n_experts, .top_k = a.top_k,
-                       .wire = std::string(dist::transfer_name(wire))};
+                       .wire = std::string(ep::transfer_name(wire))};
   {
     const Tensor x = random_tensor({T, a.hidden}, 1.0f, 700 + comm.rank(), DType::BF16);  // [T, H]
     const TopK topk = uniform_topk(T, a.n_experts, a.top_k, 900 + comm.rank());
@@ -48,7 +48,7 @@ DispatchBenchRow run_one(dist::DeviceCommunicator& comm, const DispatchBenchArgs
     d_ids.upload(topk.ids.data_as<int32_t>(), T * a.top_k);
     cuda::DeviceBuffer<float> d_weights(T * a.top_k), d_out(T * a.hidden);
     d_weights.upload(topk.weights.data_as<float>(), T * a.top_k);
-    dist::CudaEpExchange exchange(comm, dist::contiguous_placement(a.n_experts, R), {.dispatch = wire}, a.top_k,
+    ep::CudaEpExchange exchange(comm, ep::contiguous_placement(a.n_experts, R), {.dispatch = wire}, a.top_k,
                                   a.hidden, T);
     const auto* xb = reinterpret_cast<const cuda::bf16*>(d_x.get());
     row.dispatch_us = median_slowest_us(host, a.repeats, [&] {
@@ -72,7 +72,7 @@ DispatchBenchRow run_one(dist::DeviceCommunicator& comm, const DispatchBenchArgs
 }  // namespace
 
 void run_dispatch_bench_cuda_command(const DispatchBenchArgs& a) {
-  const std::unique_ptr<dist::Communicator> host = dist::make_mpi_communicator();
+  const std::unique_ptr<ep::Communicator> host = ep::make_mpi_communicator();
   MOE_CHECK(host->size() >= 2, "moe bench --dispatch measures traffic between ranks: run it under mpirun -np R with "
             "R >= 2, one process per GPU (this run has {})", host->size());
   MOE_CHECK(a.hidden % 64 == 0 && a.top_k >= 1 && a.top_k <= a.n_experts,
@@ -80,11 +80,11 @@ void run_dispatch_bench_cuda_command(const DispatchBenchArgs& a) {
             a.top_k, a.n_experts);
   std::vector<DispatchBenchRow> rows;
   {
-    const std::unique_ptr<dist::DeviceCommunicator> comm = dist::make_nccl_communicator(*host);
+    const std::unique_ptr<ep::DeviceCommunicator> comm = ep::make_nccl_communicator(*host);
     cudaStream_t stream = nullptr;
     MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (int64_t T : a.tokens)
-      for (dist::Transfer wire : a.wires) rows.push_back(run_one(*comm, a, T, wire, stream));
+      for (ep::Transfer wire : a.wires) rows.push_back(run_one(*comm, a, T, wire, stream));
     cudaStreamDestroy(stream);
   }  // NCCL is torn down before MPI
   if (host->rank() != 0) return;

@@ -170,7 +170,7 @@ void run_model_bench(const ModelBenchArgs& a) {
   const MoeConfig& moe = config.moe;
   const int64_t moe_layers = static_cast<int64_t>(lm->info().moe_layers.size());
   const double expert_params = 3.0 * double(moe.hidden_size * moe.expert_intermediate_size);
-  const double weight_bytes = a.cpu_weights == cpu::WeightFormat::int8 ? 1.0 : 2.0;
+  const double weight_bytes = a.cpu_weights == quant::WeightFormat::int8 ? 1.0 : 2.0;
   const double router_bytes = double(moe_layers) * double(moe.router.n_experts * moe.hidden_size) * 4.0;
   const double expert_bytes = double(moe_layers) * moe.router.top_k * expert_params * weight_bytes;
   const bool mla = config.attention == model::AttentionKind::mla;

@@ -15,7 +15,7 @@ struct ModelBenchArgs {
   int64_t prompt_tokens = 512, decode_tokens = 32;
   int repeats = 3;
   CpuExperts cpu_experts = CpuExperts::fast;
-  cpu::WeightFormat cpu_weights = cpu::WeightFormat::bf16;
+  quant::WeightFormat cpu_weights = quant::WeightFormat::bf16;
 };
 
 void run_model_bench(const ModelBenchArgs& args);

@@ -66,7 +66,7 @@ void run_demo(const DemoArgs& a) {
             "--cpu-weights {} needs the fast CPU experts (drop --cpu-experts reference)", a.cpu_weights);
   const bool fast = a.cpu_experts == "fast";
   const LayerOptions base{.cpu_experts = fast ? CpuExperts::fast : CpuExperts::reference,
-                          .cpu_weights = a.cpu_weights == "int8" ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16};
+                          .cpu_weights = a.cpu_weights == "int8" ? quant::WeightFormat::int8 : quant::WeightFormat::bf16};
   if (a.backend == "cuda")
     fmt::print("moe demo: a DeepSeek-V3-shaped MoE layer with random BF16 weights on the GPU (bf16 experts)\n");
   else
@@ -149,10 +149,10 @@ void run_demo(const DemoArgs& a) {
                  runs[2].out.timings.total_ms());
   MOE_CHECK(mismatched == 0, "the padded paradigm disagrees with the contiguous one on {} tokens", mismatched);
 
-  if (base.cpu_weights == cpu::WeightFormat::int8) {
+  if (base.cpu_weights == quant::WeightFormat::int8) {
     // The int8 weights' error against the bf16 fast path on the same input (normwise, relative).
     LayerOptions bf16 = base;
-    bf16.cpu_weights = cpu::WeightFormat::bf16;
+    bf16.cpu_weights = quant::WeightFormat::bf16;
     const Tensor want = MoeLayer(config, weights, bf16).forward(x).hidden_states;
     double diff = 0, norm = 0;
     for (int64_t i = 0; i < want.numel(); ++i) {

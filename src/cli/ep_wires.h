@@ -4,13 +4,13 @@
 
 #include <string>
 
-#include "moe/dist/transfer.h"
+#include "moe/ep/transfer.h"
 
 namespace moe::cli {
 
-// The options as given (names of dist::Transfer), empty ones replaced by the backend's defaults (f32 and
+// The options as given (names of ep::Transfer), empty ones replaced by the backend's defaults (f32 and
 // f32 on the CPU, bf16 and bf16 on GPUs). Throws moe::Error for a combine wire the CPU path lacks (it sends
 // f32 only).
-dist::EpWires resolve_ep_wires(const std::string& backend, const std::string& transfer, const std::string& combine);
+ep::EpWires resolve_ep_wires(const std::string& backend, const std::string& transfer, const std::string& combine);
 
 }  // namespace moe::cli

@@ -16,10 +16,10 @@
 #include "id_list.h"
 #include "moe/core/check.h"
 #include "moe/core/checkpoint.h"
-#include "moe/dist/transfer.h"
+#include "moe/ep/transfer.h"
 #include "moe/model/causal_lm.h"
 #include "moe/model/generation.h"
-#include "moe/model/tokenizer.h"
+#include "moe/text/tokenizer.h"
 
 namespace moe::cli {
 
@@ -155,7 +155,7 @@ void run_generate(const GenerateArgs& a) {
   std::unique_ptr<GenerateEp> ep;  // outlives the model, whose MoE blocks hold its communicators
   MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
             "--placement, --ep-transfer and --ep-combine need --ep");
-  const dist::EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
+  const ep::EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
   if (a.ep) {
     MOE_CHECK(a.backend == "cuda" || a.cpu_experts != "fast",
               "--ep runs the MoE blocks on the CPU reference experts (or with --backend cuda on one GPU per rank): "
@@ -202,7 +202,7 @@ void run_generate(const GenerateArgs& a) {
              info.num_layers, info.moe_layers.size(), info.num_experts, info.top_k, a.backend,
              options.cpu_experts == CpuExperts::fast ? "fast" : "reference",
              ep ? fmt::format(", expert-parallel over {} ranks ({} transfer, {} combine)", ep->size(),
-                              dist::transfer_name(wires.dispatch), dist::transfer_name(wires.combine))
+                              ep::transfer_name(wires.dispatch), ep::transfer_name(wires.combine))
                 : "");
   for (size_t s = 0; s < prompts.size(); ++s) {
     if (prompts.size() > 1) fmt::print("\n[sequence {}]\n", s);

@@ -3,9 +3,9 @@
 #include <fmt/core.h>
 
 #include "moe/core/check.h"
-#include "moe/dist/cuda_replicated_ep.h"
-#include "moe/dist/placement.h"
-#include "moe/dist/replicated_ep.h"
+#include "moe/ep/cuda_replicated_ep.h"
+#include "moe/ep/placement.h"
+#include "moe/ep/replicated_ep.h"
 
 namespace moe::cli {
 
@@ -32,7 +32,7 @@ std::string bytes_text(int64_t bytes) {
   return fmt::format("{:.2f} GiB", double(bytes) / (1 << 30));
 }
 
-nlohmann::ordered_json rank_json(int rank, const dist::ExchangeStats& s) {
+nlohmann::ordered_json rank_json(int rank, const ep::ExchangeStats& s) {
   return {{"rank", rank},
           {"tokens", s.tokens},
           {"copies_sent", s.copies_sent},
@@ -43,8 +43,8 @@ nlohmann::ordered_json rank_json(int rank, const dist::ExchangeStats& s) {
 }
 
 // Every rank's totals over all the layers.
-std::vector<dist::ExchangeStats> over_layers(const std::vector<EpLayerStats>& stats, int n_ranks) {
-  std::vector<dist::ExchangeStats> totals(n_ranks);
+std::vector<ep::ExchangeStats> over_layers(const std::vector<EpLayerStats>& stats, int n_ranks) {
+  std::vector<ep::ExchangeStats> totals(n_ranks);
   for (const EpLayerStats& layer : stats)
     for (int r = 0; r < n_ranks; ++r) totals[r] += layer.ranks[r];
   return totals;
@@ -52,7 +52,7 @@ std::vector<dist::ExchangeStats> over_layers(const std::vector<EpLayerStats>& st
 
 }  // namespace
 
-GenerateEp::GenerateEp(const std::string& backend, std::string placement_file, dist::EpWires wires,
+GenerateEp::GenerateEp(const std::string& backend, std::string placement_file, ep::EpWires wires,
                        int64_t max_batched_tokens)
     : backend_(backend),
       placement_file_(std::move(placement_file)),
@@ -60,31 +60,31 @@ GenerateEp::GenerateEp(const std::string& backend, std::string placement_file, d
       max_batched_tokens_(max_batched_tokens) {
   if (backend_ == "cuda") {
 #if MOE_WITH_CUDA
-    MOE_CHECK(wires_.dispatch != dist::Transfer::f32, "--ep --backend cuda sends bf16 rows (the GPU layer's input is bf16): "
+    MOE_CHECK(wires_.dispatch != ep::Transfer::f32, "--ep --backend cuda sends bf16 rows (the GPU layer's input is bf16): "
               "use --ep-transfer bf16 or fp8");
 #else
     MOE_FAIL("--ep --backend cuda: this build has no CUDA backend (no nvcc at configure time); use --backend cpu");
 #endif
   }
-  host_ = dist::make_mpi_communicator();
-  if (backend_ == "cuda") device_ = dist::make_nccl_communicator(*host_);
+  host_ = ep::make_mpi_communicator();
+  if (backend_ == "cuda") device_ = ep::make_nccl_communicator(*host_);
 }
 
 GenerateEp::~GenerateEp() = default;
 
 void GenerateEp::install(model::ModelOptions& options) {
   options.moe_block = [this](int64_t layer, const MoeConfig& config, MoeWeights weights) {
-    dist::Placement placement = dist::resolve_placement(placement_file_, config.router.n_experts, size());
+    ep::Placement placement = ep::resolve_placement(placement_file_, config.router.n_experts, size());
     if (!placement_) placement_ = placement;
     if (device_) {
 #if MOE_WITH_CUDA
-      auto block = std::make_shared<dist::CudaReplicatedEpMoeLayer>(*device_, config, weights, std::move(placement),
+      auto block = std::make_shared<ep::CudaReplicatedEpMoeLayer>(*device_, config, weights, std::move(placement),
                                                                     wires_, max_batched_tokens_);
       blocks_.push_back({layer, [block] { return block->gather_totals(); }});
       return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
 #endif
     }
-    auto block = std::make_shared<dist::ReplicatedEpMoeLayer>(*host_, config, std::move(weights),
+    auto block = std::make_shared<ep::ReplicatedEpMoeLayer>(*host_, config, std::move(weights),
                                                               std::move(placement), wires_.dispatch);
     blocks_.push_back({layer, [block] { return block->gather_totals(); }});
     return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
@@ -101,8 +101,8 @@ nlohmann::ordered_json GenerateEp::stats_json(const std::vector<EpLayerStats>& s
   nlohmann::ordered_json j;
   j["ranks"] = size();
   j["backend"] = backend_;
-  j["transfer"] = dist::transfer_name(wires_.dispatch);
-  j["combine"] = dist::transfer_name(wires_.combine);
+  j["transfer"] = ep::transfer_name(wires_.dispatch);
+  j["combine"] = ep::transfer_name(wires_.combine);
   j["experts"] = placement_ ? nlohmann::ordered_json(placement_->rank_experts) : nlohmann::ordered_json::array();
   j["layers"] = nlohmann::ordered_json::object();
   for (const EpLayerStats& layer : stats) {
@@ -111,19 +111,19 @@ nlohmann::ordered_json GenerateEp::stats_json(const std::vector<EpLayerStats>& s
     j["layers"][std::to_string(layer.layer)] = ranks;
   }
   nlohmann::ordered_json totals = nlohmann::ordered_json::array();
-  const std::vector<dist::ExchangeStats> all = over_layers(stats, size());
+  const std::vector<ep::ExchangeStats> all = over_layers(stats, size());
   for (int r = 0; r < size(); ++r) totals.push_back(rank_json(r, all[r]));
   j["per_rank"] = totals;
   return j;
 }
 
 std::vector<std::string> GenerateEp::summary(const std::vector<EpLayerStats>& stats) const {
-  const std::vector<dist::ExchangeStats> all = over_layers(stats, size());
+  const std::vector<ep::ExchangeStats> all = over_layers(stats, size());
   int64_t pairs = 0;
-  for (const dist::ExchangeStats& s : all) pairs += s.pairs_served;
+  for (const ep::ExchangeStats& s : all) pairs += s.pairs_served;
   std::vector<std::string> lines;
   for (int r = 0; r < size(); ++r) {
-    const dist::ExchangeStats& s = all[r];
+    const ep::ExchangeStats& s = all[r];
     lines.push_back(fmt::format("rank {} (experts {}): {} pairs ({:.1f}%), sent {}, received {}", r,
                                 placement_ ? id_runs(placement_->rank_experts[r]) : "none", s.pairs_served,
                                 pairs > 0 ? 100.0 * double(s.pairs_served) / double(pairs) : 0.0,

@@ -2,9 +2,9 @@
 // `moe generate --ep`: the ranks, the expert-parallel MoE blocks that the model runner takes through
 // ModelOptions::moe_block, and every block's per-rank statistics (--stats, and the summary printed).
 //   --backend cpu   EpMoeLayer on the CPU reference experts over MPI, rank 0's block output broadcast to
-//                   the others (dist::ReplicatedEpMoeLayer)
+//                   the others (ep::ReplicatedEpMoeLayer)
 //   --backend cuda  one GPU per rank, token rows over NCCL, every rank's slice of the output all-gathered
-//                   on the device (dist::CudaReplicatedEpMoeLayer)
+//                   on the device (ep::CudaReplicatedEpMoeLayer)
 // Either way a block's output is the same bytes on every rank, so the ranks pick the same tokens.
 
 #include <nlohmann/json.hpp>
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "moe/dist/communicator.h"
-#include "moe/dist/device_communicator.h"
-#include "moe/dist/dispatch_combine.h"
+#include "moe/ep/communicator.h"
+#include "moe/ep/device_communicator.h"
+#include "moe/ep/dispatch_combine.h"
 #include "moe/model/causal_lm.h"
 
 namespace moe::cli {
@@ -24,7 +24,7 @@ namespace moe::cli {
 // One MoE block's exchange statistics per rank, summed over the run's forwards.
 struct EpLayerStats {
   int64_t layer = 0;                       // decoder layer index
-  std::vector<dist::ExchangeStats> ranks;  // [R]
+  std::vector<ep::ExchangeStats> ranks;  // [R]
 };
 
 class GenerateEp {
@@ -32,7 +32,7 @@ class GenerateEp {
   // Starts MPI (and NCCL for backend "cuda"). Collective. Throws moe::Error where the backend cannot run:
   // a build without MPI, CUDA or NCCL, a rank without a GPU of its own.
   // wires: resolve_ep_wires (ep_wires.h).
-  GenerateEp(const std::string& backend, std::string placement_file, dist::EpWires wires, int64_t max_batched_tokens);
+  GenerateEp(const std::string& backend, std::string placement_file, ep::EpWires wires, int64_t max_batched_tokens);
   ~GenerateEp();
   GenerateEp(const GenerateEp&) = delete;
   GenerateEp& operator=(const GenerateEp&) = delete;
@@ -55,15 +55,15 @@ class GenerateEp {
  private:
   struct Block {
     int64_t layer;
-    std::function<std::vector<dist::ExchangeStats>()> gather_totals;
+    std::function<std::vector<ep::ExchangeStats>()> gather_totals;
   };
   std::string backend_, placement_file_;
-  dist::EpWires wires_;
+  ep::EpWires wires_;
   int64_t max_batched_tokens_;
   // NOTE: declared in teardown order reversed: the blocks go first, then NCCL, then MPI.
-  std::unique_ptr<dist::Communicator> host_;
-  std::unique_ptr<dist::DeviceCommunicator> device_;
-  std::optional<dist::Placement> placement_;  // the first block's (every MoE block has the same experts)
+  std::unique_ptr<ep::Communicator> host_;
+  std::unique_ptr<ep::DeviceCommunicator> device_;
+  std::optional<ep::Placement> placement_;  // the first block's (every MoE block has the same experts)
   std::vector<Block> blocks_;
 };
 

@@ -44,7 +44,7 @@ void run_layer(LayerArgs a) {
             "--cpu-experts fast and --paradigm padded");
   MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
             "--placement, --ep-transfer and --ep-combine need --ep");
-  const dist::EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
+  const ep::EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
   MOE_CHECK(a.cpu_weights == "bf16" || a.cpu_experts == "fast",
             "--cpu-weights {} needs the fast CPU experts (drop --cpu-experts reference)", a.cpu_weights);
   LayerOptions options{.paradigm = a.paradigm == "padded" ? Paradigm::padded : Paradigm::contiguous,
@@ -52,7 +52,7 @@ void run_layer(LayerArgs a) {
                        .overflow = a.overflow == "renormalize" ? OverflowPolicy::renormalize : OverflowPolicy::drop,
                        .backend = Backend::cpu,
                        .cpu_experts = a.cpu_experts == "reference" ? CpuExperts::reference : CpuExperts::fast,
-                       .cpu_weights = a.cpu_weights == "int8" ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16};
+                       .cpu_weights = a.cpu_weights == "int8" ? quant::WeightFormat::int8 : quant::WeightFormat::bf16};
   const SafetensorsFile input = SafetensorsFile::open(a.input);
   MOE_CHECK(input.contains("hidden_states"), "input file '{}' has no tensor 'hidden_states' (it must hold [T, H])",
             a.input);

@@ -5,13 +5,13 @@
 #include <fstream>
 
 #include "moe/core/safetensors.h"
-#include "moe/dist/ep_layer.h"
+#include "moe/ep/ep_layer.h"
 
 namespace moe::cli {
 
 namespace detail {
 
-void write_ep_outputs(const dist::EpOutput& out, const dist::Placement& placement, int n_ranks,
+void write_ep_outputs(const ep::EpOutput& out, const ep::Placement& placement, int n_ranks,
                       const EpLayerArgs& args) {
   write_safetensors(args.output, {{"hidden_states", out.layer.hidden_states},
                                   {"topk_ids", out.layer.topk.ids},
@@ -20,7 +20,7 @@ void write_ep_outputs(const dist::EpOutput& out, const dist::Placement& placemen
   nlohmann::json j = routing::to_json(out.layer.stats);
   nlohmann::json per_rank = nlohmann::json::array();
   for (int r = 0; r < n_ranks; ++r) {
-    const dist::ExchangeStats& s = out.ranks[r];
+    const ep::ExchangeStats& s = out.ranks[r];
     per_rank.push_back({{"rank", r},
                         {"experts", placement.rank_experts[r]},
                         {"tokens", s.tokens},
@@ -31,8 +31,8 @@ void write_ep_outputs(const dist::EpOutput& out, const dist::Placement& placemen
                         {"bytes_received", s.bytes_received}});
   }
   j["ep"] = {{"ranks", n_ranks},
-             {"transfer", dist::transfer_name(args.wires.dispatch)},
-             {"combine", dist::transfer_name(args.wires.combine)},
+             {"transfer", ep::transfer_name(args.wires.dispatch)},
+             {"combine", ep::transfer_name(args.wires.combine)},
              {"backend", args.backend},
              {"per_rank", per_rank}};
   std::ofstream file(args.stats);
@@ -51,11 +51,11 @@ void run_layer_ep(const MoeConfig& config, MoeWeights weights, const Tensor& x, 
     MOE_FAIL("--ep --backend cuda: this build has no CUDA backend (no nvcc at configure time); use --backend cpu");
 #endif
   }
-  const std::unique_ptr<dist::Communicator> comm = dist::make_mpi_communicator();
-  dist::Placement placement = dist::resolve_placement(args.placement, config.router.n_experts, comm->size());
-  const dist::Placement kept = placement;  // for the stats: the layer takes its own copy
-  dist::EpMoeLayer layer(*comm, config, std::move(weights), std::move(placement), args.wires.dispatch);
-  const dist::EpOutput out = layer.forward(x);
+  const std::unique_ptr<ep::Communicator> comm = ep::make_mpi_communicator();
+  ep::Placement placement = ep::resolve_placement(args.placement, config.router.n_experts, comm->size());
+  const ep::Placement kept = placement;  // for the stats: the layer takes its own copy
+  ep::EpMoeLayer layer(*comm, config, std::move(weights), std::move(placement), args.wires.dispatch);
+  const ep::EpOutput out = layer.forward(x);
   if (comm->rank() != 0) return;
   detail::write_ep_outputs(out, kept, comm->size(), args);
 }

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "moe/dist/ep_layer.h"
+#include "moe/ep/ep_layer.h"
 #include "moe/layer/moe_config.h"
 #include "moe/layer/moe_weights.h"
 
@@ -11,7 +11,7 @@ namespace moe::cli {
 
 struct EpLayerArgs {
   std::string placement;  // placement JSON, or empty for contiguous
-  dist::EpWires wires;    // resolve_ep_wires (ep_wires.h)
+  ep::EpWires wires;    // resolve_ep_wires (ep_wires.h)
   std::string output;     // safetensors: hidden_states, topk_ids, topk_weights
   std::string stats;      // optional: load statistics + per-rank exchange statistics
   std::string backend = "cpu";  // cpu (MPI, reference experts) | cuda (one GPU per rank, NCCL)
@@ -21,7 +21,7 @@ void run_layer_ep(const MoeConfig& config, MoeWeights weights, const Tensor& x, 
 
 namespace detail {
 // Rank 0's files (outputs, and statistics when asked) of an expert-parallel run.
-void write_ep_outputs(const dist::EpOutput& out, const dist::Placement& placement, int n_ranks,
+void write_ep_outputs(const ep::EpOutput& out, const ep::Placement& placement, int n_ranks,
                       const EpLayerArgs& args);
 // The GPU run (layer_ep_cuda.cpp, CUDA builds only).
 void run_layer_ep_cuda(const MoeConfig& config, const MoeWeights& weights, const Tensor& x, const EpLayerArgs& args);

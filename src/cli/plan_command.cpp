@@ -6,7 +6,7 @@
 
 #include "commands.h"
 #include "moe/core/check.h"
-#include "moe/dist/memory_plan.h"
+#include "moe/ep/memory_plan.h"
 #include "moe/layer/moe_config.h"
 
 namespace moe::cli {
@@ -29,23 +29,23 @@ void run_plan(const PlanArgs& a) {
     MOE_FAIL("config file '{}' is not valid JSON: {}", a.config, e.what());
   }
   const int n_experts = parse_moe_config(config).router.n_experts;
-  const dist::Placement placement = dist::resolve_placement(a.placement, n_experts, a.ranks);
-  const dist::PlanRequest request{.n_ranks = a.ranks,
-                                  .device_bytes = dist::parse_bytes(a.device_memory),
+  const ep::Placement placement = ep::resolve_placement(a.placement, n_experts, a.ranks);
+  const ep::PlanRequest request{.n_ranks = a.ranks,
+                                  .device_bytes = ep::parse_bytes(a.device_memory),
                                   .max_batched_tokens = a.max_batched_tokens,
-                                  .dtype = a.dtype == "fp8" ? dist::WeightDType::fp8 : dist::WeightDType::bf16};
-  const dist::Plan plan = dist::plan_memory(config, placement, request);
+                                  .dtype = a.dtype == "fp8" ? ep::WeightDType::fp8 : ep::WeightDType::bf16};
+  const ep::Plan plan = ep::plan_memory(config, placement, request);
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   fmt::print("{} experts on {} ranks of {:.1f} GiB, {} weights, {} tokens per rank per step (estimates)\n",
              n_experts, a.ranks, request.device_bytes / kGiB, a.dtype, a.max_batched_tokens);
   fmt::print("{:>4} {:>5} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "rank", "slots", "experts_GiB",
              "other_GiB", "activ_GiB", "comm_GiB", "total_GiB", "kv_room_GiB", "kv_tokens");
-  for (const dist::RankMemory& m : plan.ranks)
+  for (const ep::RankMemory& m : plan.ranks)
     fmt::print("{:>4} {:>5} {:>12.2f} {:>12.2f} {:>12.2f} {:>12.3f} {:>12.2f} {:>12.2f} {:>12}\n", m.rank, m.slots,
                m.expert_bytes / kGiB, m.other_bytes / kGiB, m.activation_bytes / kGiB, m.comm_bytes / kGiB,
                m.used() / kGiB, m.kv_room_bytes / kGiB, m.kv_tokens);
   fmt::print("KV cache: {} bytes per token (bf16, all layers); {:.0f} GiB per rank reserved\n",
-             plan.kv_bytes_per_token, dist::kPlanReserveBytes / kGiB);
+             plan.kv_bytes_per_token, ep::kPlanReserveBytes / kGiB);
   MOE_CHECK(plan.problems.empty(), "this setup does not fit: {}", plan.problems.front());
 }
 

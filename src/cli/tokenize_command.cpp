@@ -7,7 +7,7 @@
 #include "commands.h"
 #include "id_list.h"
 #include "moe/core/check.h"
-#include "moe/model/tokenizer.h"
+#include "moe/text/tokenizer.h"
 
 namespace moe::cli {
 

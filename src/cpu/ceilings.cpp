@@ -158,10 +158,10 @@ double ReadProbe::measure(int passes) {
 
 double measure_read_bandwidth(int64_t bytes, int passes) { return ReadProbe(bytes).measure(passes); }
 
-double measure_peak_flops(Isa isa, WeightFormat format, int passes) {
+double measure_peak_flops(Isa isa, quant::WeightFormat format, int passes) {
   ThreadPool& pool = ThreadPool::global();
   const int n_threads = pool.size();
-  const bool int8 = format == WeightFormat::int8;
+  const bool int8 = format == quant::WeightFormat::int8;
   // NOTE: with AMX the floor keeps the vdpbf16ps / vpdpbusd peak (issue 3's definition of the floor); the
   // tiles' own peak is many times higher, so compute-bound points can run below that floor.
   const bool avx512 = isa == Isa::avx512 || isa == Isa::amx;

@@ -161,11 +161,11 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
   for (const ExpertRows& s : all_segments)
     if (s.count > 0) segs.push_back(s);
   if (segs.empty()) return;
-  const WeightFormat format = segs[0].expert->format;
+  const quant::WeightFormat format = segs[0].expert->format;
   const int64_t Hp = segs[0].expert->hidden_pad;
   for (const ExpertRows& s : segs) {
     MOE_CHECK(s.expert->hidden == H && s.expert->format == format, "expert of hidden size {} ({}) given x of {} ({})",
-              s.expert->hidden, weight_format_name(s.expert->format), H, weight_format_name(format));
+              s.expert->hidden, quant::weight_format_name(s.expert->format), H, quant::weight_format_name(format));
     for (int64_t i = 0; i < s.count; ++i)
       MOE_CHECK(s.token[i] >= 0 && s.token[i] < T, "expert row {} names token {} of {}", i, s.token[i], T);
   }
@@ -174,7 +174,7 @@ void fused_swiglu_experts(std::span<const ExpertRows> all_segments, const Tensor
                                                     : avx2_kernels();
   ThreadPool& pool = ThreadPool::global();
   const int n_threads = pool.size();
-  const bool bf16 = format == WeightFormat::bf16;
+  const bool bf16 = format == quant::WeightFormat::bf16;
   // An expert's panel size: AMX tiles take up to tile_panel tokens; otherwise bf16 experts of panel + 1 ..
   // wide_panel tokens run them all in one wide panel, a single pass over each block (KernelTable::wide_panel),
   // the others panels of at most `panel`.

@@ -32,7 +32,7 @@ struct PackedMatrix {
 };
 
 struct PackedExpert {
-  WeightFormat format = WeightFormat::bf16;
+  quant::WeightFormat format = quant::WeightFormat::bf16;
   int64_t hidden = 0, intermediate = 0;
   int64_t hidden_pad = 0;        // multiple of 64: down's rows, gate/up's k
   int64_t intermediate_pad = 0;  // multiple of 64: gate/up's rows (halves), down's k

@@ -24,14 +24,14 @@ struct RowSource {
 
 // Fills one packed matrix of n_blocks blocks of 64 rows and reduction length k (padded to k_pad).
 template <class RowOf>
-PackedMatrix pack_matrix(int64_t n_blocks, int64_t k, int64_t k_pad, WeightFormat format, const RowOf& row_of) {
+PackedMatrix pack_matrix(int64_t n_blocks, int64_t k, int64_t k_pad, quant::WeightFormat format, const RowOf& row_of) {
   PackedMatrix m;
   m.n_blocks = n_blocks;
   m.k_pad = k_pad;
   const int64_t n_rows = n_blocks * kBlockRows;
   const int64_t n_elements = checked_mul(n_rows, k_pad, "packed expert");
   std::vector<float> row(k_pad, 0.0f);
-  if (format == WeightFormat::bf16) {
+  if (format == quant::WeightFormat::bf16) {
     m.data = Tensor::zeros(DType::BF16, {n_elements});
     uint16_t* dst = static_cast<uint16_t*>(m.data.data());
     for (int64_t b = 0; b < n_blocks; ++b)
@@ -96,9 +96,8 @@ void check_weights(const SwigluWeights& w) {
 
 }  // namespace
 
-std::string_view weight_format_name(WeightFormat format) { return format == WeightFormat::bf16 ? "bf16" : "int8"; }
 
-PackedExpertPtr pack_expert(const SwigluWeights& w, WeightFormat format) {
+PackedExpertPtr pack_expert(const SwigluWeights& w, quant::WeightFormat format) {
   check_weights(w);
   auto e = std::make_shared<PackedExpert>();
   e->format = format;
@@ -121,7 +120,7 @@ PackedExpertPtr pack_expert(const SwigluWeights& w, WeightFormat format) {
   return e;
 }
 
-std::vector<PackedExpertPtr> pack_experts(std::span<const SwigluWeights> experts, WeightFormat format) {
+std::vector<PackedExpertPtr> pack_experts(std::span<const SwigluWeights> experts, quant::WeightFormat format) {
   const int64_t n = static_cast<int64_t>(experts.size());
   // NOTE: experts that are views of the same memory (benchmarks alias experts to bound their footprint)
   // share one packed copy, so that packing preserves what is and is not distinct memory.
@@ -142,7 +141,7 @@ std::vector<PackedExpertPtr> pack_experts(std::span<const SwigluWeights> experts
 }
 
 int64_t packed_weight_bytes(const PackedExpert& e) {
-  const int64_t element = e.format == WeightFormat::bf16 ? 2 : 1;
+  const int64_t element = e.format == quant::WeightFormat::bf16 ? 2 : 1;
   return 3 * e.hidden * e.intermediate * element;
 }
 

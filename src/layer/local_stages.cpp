@@ -58,7 +58,7 @@ class CpuReferenceExperts final : public Experts {
 
 class CpuFastExperts final : public FusedExperts {
  public:
-  CpuFastExperts(std::span<const SwigluWeights> weights, cpu::WeightFormat format, int expert_begin)
+  CpuFastExperts(std::span<const SwigluWeights> weights, quant::WeightFormat format, int expert_begin)
       : packed_(cpu::pack_experts(weights, format)), expert_begin_(expert_begin), isa_(cpu::detect_isa()),
         prefetch_(cpu::detect_stream_prefetch()) {}
 
@@ -131,7 +131,7 @@ std::unique_ptr<Experts> make_cpu_reference_experts(std::span<const SwigluWeight
 
 std::unique_ptr<Finalize> make_local_finalize() { return std::make_unique<LocalFinalize>(); }
 
-std::unique_ptr<FusedExperts> make_cpu_fast_experts(std::span<const SwigluWeights> weights, cpu::WeightFormat format,
+std::unique_ptr<FusedExperts> make_cpu_fast_experts(std::span<const SwigluWeights> weights, quant::WeightFormat format,
                                                     int expert_begin) {
   return std::make_unique<CpuFastExperts>(weights, format, expert_begin);
 }

@@ -254,7 +254,7 @@ Tensor fast_output(const Case& c, const ExpertBatch& batch, const std::vector<Pa
 
 // Checks the fast experts on both paradigms and every kernel path; int8 returns the scheme's errors (against the
 // unquantised reference) for the caller's median.
-std::vector<double> expect_close(const Case& c, WeightFormat format, const std::string& what) {
+std::vector<double> expect_close(const Case& c, quant::WeightFormat format, const std::string& what) {
   const std::vector<PackedExpertPtr> packed = pack_experts(c.experts, format);
   const ExpertBatch contiguous = permute_contiguous(c.x, c.topk, static_cast<int>(c.E));
   const int64_t capacity = std::max<int64_t>(1, c.T * c.k / c.E);  // some pairs dropped
@@ -262,18 +262,18 @@ std::vector<double> expect_close(const Case& c, WeightFormat format, const std::
   std::vector<double> scheme_errors;
   for (const ExpertBatch* batch : {&contiguous, &padded}) {
     const std::string where =
-        what + " " + std::string(weight_format_name(format)) + (batch == &padded ? " padded" : " contiguous");
+        what + " " + std::string(quant::weight_format_name(format)) + (batch == &padded ? " padded" : " contiguous");
     const Tensor want = reference_output(c, *batch);
     const double term_norm = down_term_norm(c, *batch);
     std::vector<double> slack;
-    const Tensor scheme = format == WeightFormat::int8 ? int8_scheme_output(c, *batch, slack) : Tensor{};
-    if (format == WeightFormat::int8) {
+    const Tensor scheme = format == quant::WeightFormat::int8 ? int8_scheme_output(c, *batch, slack) : Tensor{};
+    if (format == quant::WeightFormat::int8) {
       scheme_errors.push_back(normwise_error(scheme, want, term_norm));
       EXPECT_LE(scheme_errors.back(), kInt8SchemeCaseTolerance) << where << ": the int8 scheme itself";
     }
     for (const KernelPath& path : kernel_paths()) {
       const Tensor got = fast_output(c, *batch, packed, path);
-      if (format == WeightFormat::bf16) {
+      if (format == quant::WeightFormat::bf16) {
         EXPECT_LE(normwise_error(got, want, term_norm), kBf16Tolerance) << where << " " << path.name();
       } else {
         EXPECT_LE(normwise_error_beyond(got, scheme, slack, term_norm), kInt8KernelTolerance)
@@ -303,7 +303,7 @@ TEST(FastExperts, MatchReferenceOnOddShapes) {
                         // AMX tile panels (up to 16 tokens): exactly 16, 16 + 1, and 16 + 12 + 12
                         Shape{16, 64, 32, 1, 1}, Shape{17, 96, 48, 1, 1}, Shape{40, 200, 136, 1, 1}})
     for (DType dtype : {DType::F32, DType::BF16, DType::F16})
-      for (WeightFormat format : {WeightFormat::bf16, WeightFormat::int8}) {
+      for (quant::WeightFormat format : {quant::WeightFormat::bf16, quant::WeightFormat::int8}) {
         const Case c = random_case(rng, s.T, s.H, s.I, s.E, s.k, dtype);
         const std::vector<double> errors =
             expect_close(c, format,
@@ -320,7 +320,7 @@ TEST(FastExperts, TinySizesRun) {
   test::TestRng rng;
   const Case c = random_case(rng, 8, 2, 1, 3, 3, DType::F32);
   const ExpertBatch batch = permute_contiguous(c.x, c.topk, 3);
-  for (WeightFormat format : {WeightFormat::bf16, WeightFormat::int8})
+  for (quant::WeightFormat format : {quant::WeightFormat::bf16, quant::WeightFormat::int8})
     for (const KernelPath& path : kernel_paths())
       EXPECT_LE(normwise_error(fast_output(c, batch, pack_experts(c.experts, format), path), reference_output(c, batch)),
                 0.2);
@@ -329,7 +329,7 @@ TEST(FastExperts, TinySizesRun) {
 TEST(FastExperts, ExpertsWithNoTokensAndAllTokensOnOneExpert) {
   test::TestRng rng;
   std::vector<double> int8_errors;
-  for (WeightFormat format : {WeightFormat::bf16, WeightFormat::int8})
+  for (quant::WeightFormat format : {quant::WeightFormat::bf16, quant::WeightFormat::int8})
     for (const std::vector<double>& errors :
          {expect_close(random_case(rng, 29, 96, 48, 6, 2, DType::BF16, -1, {0, 3, 5}), format, "dead experts"),
           expect_close(random_case(rng, 41, 96, 48, 5, 1, DType::BF16, /*hot=*/2), format, "all tokens on expert 2"),
@@ -342,13 +342,13 @@ TEST(FastExperts, LongReductionsUseChunkedDownProjection) {
   // I > 8192 takes the down projection in k chunks (bf16); one expert keeps it fast.
   test::TestRng rng;
   const Case c = random_case(rng, 7, 64, 8200, 1, 1, DType::BF16);
-  expect_close(c, WeightFormat::bf16, "I 8200");
+  expect_close(c, quant::WeightFormat::bf16, "I 8200");
 }
 
 TEST(FastExperts, OutputIsAddedToAndIndependentOfThreadSplit) {
   test::TestRng rng;
   const Case c = random_case(rng, 19, 128, 64, 6, 2, DType::BF16);
-  const auto packed = pack_experts(c.experts, WeightFormat::bf16);
+  const auto packed = pack_experts(c.experts, quant::WeightFormat::bf16);
   const ExpertBatch batch = permute_contiguous(c.x, c.topk, 6);
   for (const KernelPath& path : kernel_paths()) {
     const Tensor once = fast_output(c, batch, packed, path);
@@ -367,7 +367,7 @@ TEST(FastExperts, AliasedExpertsSharePackedWeights) {
   test::TestRng rng;
   Case c = random_case(rng, 4, 64, 32, 3, 1, DType::BF16);
   c.experts[2] = c.experts[0];
-  const auto packed = pack_experts(c.experts, WeightFormat::bf16);
+  const auto packed = pack_experts(c.experts, quant::WeightFormat::bf16);
   EXPECT_EQ(packed[0].get(), packed[2].get());
   EXPECT_NE(packed[0].get(), packed[1].get());
 }
@@ -436,7 +436,7 @@ TEST(FastRouter, OneTokenKernelEqualsTheBlockedKernel) {
 TEST(FastExperts, FusedStageMatchesReferenceStages) {
   test::TestRng rng;
   const Case c = random_case(rng, 37, 80, 40, 7, 3, DType::BF16);
-  auto fused = make_cpu_fast_experts(c.experts, WeightFormat::bf16);
+  auto fused = make_cpu_fast_experts(c.experts, quant::WeightFormat::bf16);
   for (bool padded : {false, true}) {
     auto prepare = padded ? make_local_padded_prepare(7, 0.8, OverflowPolicy::drop, /*copy_rows=*/false)
                           : make_local_contiguous_prepare(7, /*copy_rows=*/false);

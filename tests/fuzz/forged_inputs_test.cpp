@@ -14,7 +14,7 @@
 #include "moe/cpu/fast_experts.h"
 #include "moe/layer/moe_config.h"
 #include "moe/model/model_config.h"
-#include "moe/model/tokenizer.h"
+#include "moe/text/tokenizer.h"
 #include "temp_dir.h"
 
 namespace moe {
@@ -202,8 +202,8 @@ TEST(ForgedWeights, Int8PackingRefusesNonFiniteWeights) {
   values[9] = std::numeric_limits<float>::quiet_NaN();
   const SwigluWeights w{.gate = Tensor::from_f32({4, 8}, values), .up = Tensor::from_f32({4, 8}, values),
                         .down = Tensor::zeros(DType::F32, {8, 4})};
-  expect_error([&] { cpu::pack_expert(w, cpu::WeightFormat::int8); }, {"holds NaN or Inf"});
-  EXPECT_NO_THROW(cpu::pack_expert(w, cpu::WeightFormat::bf16));  // bf16 carries NaN as NaN
+  expect_error([&] { cpu::pack_expert(w, quant::WeightFormat::int8); }, {"holds NaN or Inf"});
+  EXPECT_NO_THROW(cpu::pack_expert(w, quant::WeightFormat::bf16));  // bf16 carries NaN as NaN
 }
 
 TEST(ForgedWeights, Int8PackingBoundsTheReductionLength) {
@@ -211,7 +211,7 @@ TEST(ForgedWeights, Int8PackingBoundsTheReductionLength) {
   const int64_t H = 140000;
   const SwigluWeights w{.gate = Tensor::zeros(DType::BF16, {1, H}), .up = Tensor::zeros(DType::BF16, {1, H}),
                         .down = Tensor::zeros(DType::BF16, {H, 1})};
-  expect_error([&] { cpu::pack_expert(w, cpu::WeightFormat::int8); }, {"reduction lengths up to 132104", "got 140000"});
+  expect_error([&] { cpu::pack_expert(w, quant::WeightFormat::int8); }, {"reduction lengths up to 132104", "got 140000"});
 }
 
 }  // namespace

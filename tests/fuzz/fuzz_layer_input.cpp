@@ -31,7 +31,7 @@ int fuzz_layer_input(const uint8_t* data, size_t size) {
                                .overflow = flags & 8 ? OverflowPolicy::renormalize : OverflowPolicy::drop,
                                .backend = Backend::cpu,
                                .cpu_experts = flags & 1 ? CpuExperts::reference : CpuExperts::fast,
-                               .cpu_weights = flags & 4 ? cpu::WeightFormat::int8 : cpu::WeightFormat::bf16};
+                               .cpu_weights = flags & 4 ? quant::WeightFormat::int8 : quant::WeightFormat::bf16};
     const SafetensorsFile input = SafetensorsFile::open(dir / "layer_input.safetensors");
     MOE_CHECK(input.contains("hidden_states"), "no hidden_states");
     const Tensor x = input.get("hidden_states");

@@ -1,7 +1,7 @@
 // The tokenizer.json loader on arbitrary text; a tokenizer that loads then encodes a few fixed texts (plain,
 // spaces, digits, non-ASCII, its own tokens) and decodes what it produced and the first ids of its vocabulary.
 #include "fuzz_target.h"
-#include "moe/model/tokenizer.h"
+#include "moe/text/tokenizer.h"
 
 namespace moe::fuzz {
 

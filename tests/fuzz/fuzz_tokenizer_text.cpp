@@ -5,7 +5,7 @@
 #include <map>
 
 #include "fuzz_target.h"
-#include "moe/model/tokenizer.h"
+#include "moe/text/tokenizer.h"
 
 namespace moe::fuzz {
 

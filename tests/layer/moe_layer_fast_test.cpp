@@ -55,12 +55,12 @@ TEST(MoeLayerFast, EveryFamilyBothParadigmsBothFormats) {
   std::vector<double> bf16_errors, int8_errors;
   for (const char* type : test::kMoeModelTypes)
     for (DType dtype : {DType::F32, DType::BF16, DType::F16})
-      for (cpu::WeightFormat format : {cpu::WeightFormat::bf16, cpu::WeightFormat::int8}) {
+      for (quant::WeightFormat format : {quant::WeightFormat::bf16, quant::WeightFormat::int8}) {
         // Sizes of at least 16 so that the relative bound is meaningful (tiny sums cancel).
         test::MoeCase c = test::random_moe_case(type, rng, {.weight_dtype = dtype, .input_dtype = dtype});
         const std::string what = std::string(type) + " " + std::string(dtype_name(dtype)) + " " +
-                                 std::string(cpu::weight_format_name(format));
-        const bool bf16 = format == cpu::WeightFormat::bf16;
+                                 std::string(quant::weight_format_name(format));
+        const bool bf16 = format == quant::WeightFormat::bf16;
         const auto want = test::moe_reference_f64(c.config, [&](const std::string& n) { return c.weight(n); }, c.x);
         const LayerOutput got = run(c, {.cpu_weights = format});
         if (want.hidden >= 16) {

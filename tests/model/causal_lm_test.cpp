@@ -19,7 +19,7 @@
 #include <set>
 
 #include "model_fixture.h"
-#include "moe/model/tokenizer.h"
+#include "moe/text/tokenizer.h"
 
 namespace moe::test {
 namespace {

@@ -27,7 +27,7 @@ class ReadProbe {
 
 // Flop/s of the ISA's dot instruction on all threads (bf16: vdpbf16ps, 64 flops each; int8: vpdpbusd,
 // 128 ops each; AVX2: fp32 FMA, 16 flops each), 24 independent accumulators per thread, best of `passes`.
-double measure_peak_flops(Isa isa, WeightFormat format, int passes = 3);
+double measure_peak_flops(Isa isa, quant::WeightFormat format, int passes = 3);
 
 // Flop/s of fp32 FMA on all threads (512-bit where the CPU has AVX-512F, else 256-bit), the instruction of
 // the model's dense layers and attention (16 independent accumulators per thread), best of `passes`.

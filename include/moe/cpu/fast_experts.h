@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "moe/core/expert_batch.h"
+#include "moe/quant/weight_format.h"
 
 namespace moe::cpu {
 
@@ -45,22 +46,16 @@ bool amx_usable();
 bool fast_experts_available();
 std::string_view isa_name(Isa isa);
 
-enum class WeightFormat : uint8_t {
-  bf16,  // any float checkpoint converted (RNE) to bf16 at load
-  int8,  // symmetric per-output-channel int8, quantised from the bf16 values at load; activations int8 per token
-};
-std::string_view weight_format_name(WeightFormat format);
-
 // One SwiGLU MLP repacked for the kernels (opaque to callers).
 struct PackedExpert;
 using PackedExpertPtr = std::shared_ptr<const PackedExpert>;
 
 // Repacks gate [I, H], up [I, H], down [H, I] (F32, BF16 or F16; row-contiguous views allowed). Single-
 // threaded: callers pack several experts in parallel (pack_experts).
-PackedExpertPtr pack_expert(const SwigluWeights& weights, WeightFormat format);
+PackedExpertPtr pack_expert(const SwigluWeights& weights, quant::WeightFormat format);
 // Packs every expert on the thread pool; experts whose three tensors are the same views as an earlier
 // expert's share its packed copy.
-std::vector<PackedExpertPtr> pack_experts(std::span<const SwigluWeights> experts, WeightFormat format);
+std::vector<PackedExpertPtr> pack_experts(std::span<const SwigluWeights> experts, quant::WeightFormat format);
 // Bytes of packed weights one forward reads for this expert (for bandwidth figures).
 int64_t packed_weight_bytes(const PackedExpert& expert);
 

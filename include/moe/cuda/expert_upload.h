@@ -1,6 +1,6 @@
 #pragma once
 // Expert weights in the grouped GEMMs' device layout, shared by the single-GPU layer and the expert-parallel
-// layer (dist/): [n, 2I, H] bf16 (gate rows, then up rows) and [n, H, I] bf16, with I padded up to the
+// layer (ep/): [n, 2I, H] bf16 (gate rows, then up rows) and [n, H, I] bf16, with I padded up to the
 // kernels' tile width.
 
 #include <cstdint>

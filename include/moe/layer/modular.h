@@ -61,7 +61,7 @@ std::unique_ptr<Finalize> make_local_finalize();
 // Optimised CPU experts + finalize (moe/cpu/fast_experts.h) for experts [expert_begin, expert_begin +
 // weights.size()): the weights are repacked (converted to bf16, or quantised to int8) here, once; the views
 // in `weights` are not used afterwards.
-std::unique_ptr<FusedExperts> make_cpu_fast_experts(std::span<const SwigluWeights> weights, cpu::WeightFormat format,
+std::unique_ptr<FusedExperts> make_cpu_fast_experts(std::span<const SwigluWeights> weights, quant::WeightFormat format,
                                                     int expert_begin = 0);
 
 // ceil(capacity_factor · n_tokens · top_k / n_experts); throws for a factor that is not positive and finite.

@@ -23,7 +23,7 @@ struct LayerOptions {
   OverflowPolicy overflow = OverflowPolicy::drop;
   Backend backend = Backend::cpu;
   CpuExperts cpu_experts = CpuExperts::fast;
-  cpu::WeightFormat cpu_weights = cpu::WeightFormat::bf16;  // fast experts only
+  quant::WeightFormat cpu_weights = quant::WeightFormat::bf16;  // fast experts only
 };
 
 // Wall-clock milliseconds of each stage of one forward. With the fast CPU experts, experts_ms covers the

@@ -31,14 +31,14 @@ struct ModelOptions {
   // CPU MoE experts: `reference` computes in fp32/fp64 from the checkpoint's weights (what the fixtures
   // are checked with); `fast` uses the optimised bf16/int8 kernels.
   CpuExperts cpu_experts = CpuExperts::reference;
-  cpu::WeightFormat cpu_weights = cpu::WeightFormat::bf16;
+  quant::WeightFormat cpu_weights = quant::WeightFormat::bf16;
   // The CUDA MoE blocks' workspace, in tokens; a larger forward runs its MoE blocks in chunks of this size.
   int64_t max_batched_tokens = 4096;
   // Called while loading with a short description ("layer 3/48") for a progress line; may be empty.
   std::function<void(const std::string&)> progress;
   // When set, makes the MoE block of decoder layer `layer` from its config and checkpoint weights instead
   // of the backend's own: the returned function maps x [T, H] F32 (after post_attention_layernorm) to
-  // hidden_states [T, H] F32 and topk [T, k]. Expert parallelism plugs in here (moe/dist/replicated_ep.h).
+  // hidden_states [T, H] F32 and topk [T, k]. Expert parallelism plugs in here (moe/ep/replicated_ep.h).
   using MoeBlockFn = std::function<LayerOutput(const Tensor& x)>;
   std::function<MoeBlockFn(int64_t layer, const MoeConfig& config, MoeWeights weights)> moe_block;
   // When set, every forward adds the time of its parts here (owned by the caller, who must outlive the model).

@@ -1,0 +1,73 @@
+#pragma once
+// Dispatch and combine of expert parallelism, as the Prepare / Finalize pair of the modular kernel.
+// Dispatch: each pair (t, e) of this rank's tokens goes to replica t mod n_replicas(e); a token travels once
+// to each destination rank however many of its experts live there, with its (slot, weight) pairs. Counts
+// are exchanged, then rows and pairs by all-to-all-v. The ExpertBatch that prepare returns is over this
+// rank's slots (expert id = slot index, weights in placement.rank_experts[rank] order) and its "tokens" are
+// the received token copies. Combine: each copy's weighted partial sum goes back to its source, which adds
+// the partials of a token in ascending rank order (deterministic).
+
+#include <memory>
+
+#include "moe/ep/communicator.h"
+#include "moe/ep/placement.h"
+#include "moe/ep/transfer.h"
+#include "moe/layer/modular.h"
+
+namespace moe::ep {
+
+// What this rank moved in the last forward.
+struct ExchangeStats {
+  int64_t tokens = 0;          // tokens routed here (this rank's slice)
+  int64_t copies_sent = 0;     // token copies dispatched (one per token and destination rank)
+  int64_t copies_received = 0; // token copies this rank's experts ran on
+  int64_t pairs_served = 0;    // (token, expert) pairs run by this rank's experts
+  int64_t bytes_sent = 0;      // dispatch (rows + pairs) and combine bytes sent to other ranks
+  int64_t bytes_received = 0;  // dispatch and combine bytes received from other ranks
+
+  // Totals over several forwards (moe generate --ep --stats).
+  ExchangeStats& operator+=(const ExchangeStats& o) {
+    tokens += o.tokens;
+    copies_sent += o.copies_sent;
+    copies_received += o.copies_received;
+    pairs_served += o.pairs_served;
+    bytes_sent += o.bytes_sent;
+    bytes_received += o.bytes_received;
+    return *this;
+  }
+};
+
+class EpExchange {
+ public:
+  EpExchange(Communicator& comm, Placement placement, Transfer transfer, int top_k);
+
+  // x [T_local, H] F32, topk [T_local, k] with logical expert ids -> batch over this rank's slots.
+  // copy_rows = false gives an index-only batch (rows [n_rows, 0]) for a FusedExperts stage on received_x().
+  ExpertBatch dispatch(const Tensor& x, const TopK& topk, bool copy_rows = true);
+  // The received token copies, decoded to F32: [copies_received, H].
+  const Tensor& received_x() const { return received_x_; }
+  // partial [copies_received, H] F32 (each copy's weighted sum over this rank's experts) -> [T_local, H] F32.
+  Tensor combine(const Tensor& partial);
+
+  const ExchangeStats& stats() const { return stats_; }
+  const Placement& placement() const { return placement_; }
+  int local_slots() const { return static_cast<int>(placement_.rank_experts[comm_.rank()].size()); }
+
+ private:
+  Communicator& comm_;
+  Placement placement_;
+  Transfer transfer_;
+  int top_k_;
+  int64_t hidden_ = 0;
+  std::vector<int32_t> sent_token_;   // [copies_sent] local token of each copy, grouped by destination rank
+  std::vector<int64_t> send_copies_;  // [R]
+  std::vector<int64_t> recv_copies_;  // [R]
+  Tensor received_x_;                 // [copies_received, H]
+  ExchangeStats stats_;
+};
+
+// The stages over one shared exchange: prepare = dispatch, finalize = local unpermute + combine.
+std::unique_ptr<Prepare> make_ep_prepare(std::shared_ptr<EpExchange> exchange);
+std::unique_ptr<Finalize> make_ep_finalize(std::shared_ptr<EpExchange> exchange);
+
+}  // namespace moe::ep

@@ -1,0 +1,160 @@
+// The expert-parallel layer against the single-rank layer (reference CPU experts), run under
+// `mpirun -np R` for R in 1..4: every rank runs every test; rank 0 compares the gathered output. Seeds are
+// drawn on rank 0 and shared, so that all ranks build the same case.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "moe/core/checkpoint.h"
+#include "moe/core/safetensors.h"
+#include "moe/ep/ep_layer.h"
+#include "random_moe_case.h"
+#include "test_random.h"
+
+namespace moe::ep {
+namespace {
+
+namespace fs = std::filesystem;
+
+Communicator* g_comm = nullptr;
+
+// A seed every rank agrees on (rank 0's fresh one, or MOE_TEST_SEED).
+uint64_t shared_seed() {
+  int64_t seed[1] = {g_comm->rank() == 0 ? static_cast<int64_t>(test::fresh_seed() >> 1) : 0};
+  g_comm->allreduce_sum(seed);
+  return static_cast<uint64_t>(seed[0]);
+}
+
+// A random block of `model_type`, its config and weights loaded through the checkpoint path (per-rank files).
+struct Block {
+  test::MoeCase c;
+  MoeConfig config;
+  MoeWeights weights;
+};
+
+Block make_block(const std::string& model_type, test::TestRng& rng, test::CaseOptions opt = {}) {
+  Block b{.c = test::random_moe_case(model_type, rng, opt), .config = {}, .weights = {}};
+  b.config = parse_moe_config(b.c.config);
+  const fs::path file = fs::temp_directory_path() / fmt::format("moe_ep_test_{}.safetensors", ::getpid());
+  write_safetensors(file, b.c.weights);
+  b.weights = load_moe_weights(Checkpoint::open(file), "", b.config);  // mmap keeps the data after removal
+  fs::remove(file);
+  return b;
+}
+
+LayerOutput single_rank(const Block& b) {
+  return MoeLayer(b.config, b.weights, {.cpu_experts = CpuExperts::reference}).forward(b.c.x);
+}
+
+// Runs the EP layer (collective) and, on rank 0, compares with the single-rank layer.
+void expect_matches_single_rank(const Block& b, const Placement& placement, Transfer transfer = Transfer::f32,
+                                double tolerance = 1e-5) {
+  EpMoeLayer layer(*g_comm, b.config, b.weights, placement, transfer);
+  const EpOutput ep = layer.forward(b.c.x);
+  ASSERT_EQ(static_cast<int>(ep.ranks.size()), g_comm->size());
+  int64_t tokens = 0, pairs = 0;
+  for (const ExchangeStats& s : ep.ranks) tokens += s.tokens, pairs += s.pairs_served;
+  EXPECT_EQ(tokens, b.c.x.size(0));
+  EXPECT_EQ(pairs, b.c.x.size(0) * b.config.router.top_k);
+  if (g_comm->rank() != 0) return;
+  const LayerOutput ref = single_rank(b);
+  const int64_t n_ids = ref.topk.ids.numel();
+  ASSERT_EQ(ep.layer.topk.ids.shape(), ref.topk.ids.shape());
+  EXPECT_TRUE(std::equal(ref.topk.ids.data_as<int32_t>(), ref.topk.ids.data_as<int32_t>() + n_ids,
+                         ep.layer.topk.ids.data_as<int32_t>()));
+  EXPECT_EQ(test::max_rel_error(ep.layer.topk.weights, ref.topk.weights), 0.0);
+  const double err = test::max_rel_error(ep.layer.hidden_states, ref.hidden_states);
+  EXPECT_LE(err, tolerance) << b.config.model_type << " transfer " << transfer_name(transfer);
+  EXPECT_EQ(ep.layer.stats.tokens_per_expert, ref.stats.tokens_per_expert);
+}
+
+// Contiguous where E divides by R, else load-aware with a spare slot per rank (replicas).
+Placement default_placement(const Block& b, int R) {
+  const int E = b.config.router.n_experts;
+  if (E % R == 0) return contiguous_placement(E, R);
+  return load_aware_placement(std::vector<int64_t>(E, 1), R, (E + R - 1) / R + 1);
+}
+
+class EpAllFamilies : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EpAllFamilies, EqualsSingleRank) {
+  test::TestRng rng(shared_seed());
+  const Block b = make_block(GetParam(), rng);
+  expect_matches_single_rank(b, default_placement(b, g_comm->size()));
+  const int E = b.config.router.n_experts;
+  if (E % g_comm->size() == 0) expect_matches_single_rank(b, round_robin_placement(E, g_comm->size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EpAllFamilies, ::testing::ValuesIn(std::vector<std::string>(std::begin(test::kMoeModelTypes), std::end(test::kMoeModelTypes))),
+                         [](const auto& info) { return info.param; });
+
+TEST(Ep, UnevenPlacementWithReplicas) {
+  test::TestRng rng(shared_seed());
+  const Block b = make_block("qwen3_moe", rng, {.tokens = 37, .experts = 5, .top_k = 3});
+  const int R = g_comm->size();
+  // Rank 0 holds every expert; the others each hold a replica of experts r-1 and 4: uneven, replicated.
+  std::vector<std::vector<int32_t>> ranks = {{0, 1, 2, 3, 4}};
+  for (int r = 1; r < R; ++r) ranks.push_back({r - 1, 4});
+  expect_matches_single_rank(b, make_placement(5, R, ranks));
+}
+
+TEST(Ep, AllPairsToOneRank) {
+  test::TestRng rng(shared_seed());
+  const Block b = make_block("deepseek_v3", rng, {.tokens = 23});
+  const int R = g_comm->size(), E = b.config.router.n_experts;
+  std::vector<std::vector<int32_t>> ranks(R);
+  ranks[R - 1].resize(E);
+  std::iota(ranks[R - 1].begin(), ranks[R - 1].end(), 0);
+  expect_matches_single_rank(b, make_placement(E, R, ranks));
+}
+
+TEST(Ep, RanksWithNoTokens) {
+  test::TestRng rng(shared_seed());
+  const Block b = make_block("mixtral", rng, {.tokens = 1, .experts = 4, .top_k = 2});
+  expect_matches_single_rank(b, load_aware_placement(std::vector<int64_t>(4, 1), g_comm->size(), 4));
+}
+
+TEST(Ep, Fp8AndBf16TransferWithinTolerance) {
+  test::TestRng rng(shared_seed());
+  // H above 128 so that rows span several fp8 scale blocks.
+  const Block b = make_block("olmoe", rng, {.tokens = 40, .experts = 8, .top_k = 2});
+  const Placement p = default_placement(b, g_comm->size());
+  // NOTE: the documented tolerances (README): normwise relative error of the block output, fp8 e4m3
+  // dispatch <= 0.125 (an e4m3 input is within 1/16 of its value; measured 0.01-0.065), bf16 dispatch
+  // <= 0.02 (measured 0.001-0.003); combine stays fp32.
+  expect_matches_single_rank(b, p, Transfer::fp8, 0.125);
+  expect_matches_single_rank(b, p, Transfer::bf16, 0.02);
+}
+
+TEST(Ep, PlacementForOtherRankCountRejected) {
+  test::TestRng rng(shared_seed());
+  const Block b = make_block("mixtral", rng, {.experts = 8});
+  const int R = g_comm->size();
+  try {
+    EpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, R == 4 ? 2 : 4));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mpirun -np"), std::string::npos) << e.what();
+  }
+  try {
+    EpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(4, R == 4 ? 4 : 1));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the model has 8"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace moe::ep
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::unique_ptr<moe::ep::Communicator> comm = moe::ep::make_mpi_communicator();
+  moe::ep::g_comm = comm.get();
+  // Only rank 0 prints the progress; every rank still reports its own failures through its exit code.
+  if (comm->rank() != 0) delete ::testing::UnitTest::GetInstance()->listeners().Release(
+      ::testing::UnitTest::GetInstance()->listeners().default_result_printer());
+  return RUN_ALL_TESTS();
+}
