@@ -32,7 +32,7 @@ endif()
 if(moe_sanitize_flags)
   if(MOE_WITH_CUDA)
     message(FATAL_ERROR "MOE_SANITIZE needs -DMOE_CUDA=OFF (the GPU code runs under compute-sanitizer instead: "
-                        "scripts/device/compute_sanitizer.sh)")
+                        "scripts/device/run.sh sanitizer)")
   endif()
   list(APPEND moe_sanitize_flags -fno-omit-frame-pointer -g1)
   # NOTE: -O1 (after the build type's -O3, so it wins) is what the sanitizers recommend, and it compiles

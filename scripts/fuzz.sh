@@ -53,7 +53,7 @@ run_one() {
   local name=$1 work="$build/corpus/$1" artifacts="$build/artifacts/$1"
   mkdir -p "$work" "$artifacts"
   # NOTE: -malloc_limit_mb makes a single allocation above 512 MB a crash: no input of these sizes needs one,
-  # so it is a size read from the input and trusted (issue 9, limits).
+  # so it is a size read from the input and trusted (docs/fuzzing.md, limits).
   MOE_NUM_THREADS=2 "$build/bin/fuzz_$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -malloc_limit_mb=512 -print_final_stats=1 -artifact_prefix="$artifacts/" "$work" "tests/fuzz/corpus/$name" \
     >"$build/fuzz_$name.log" 2>&1

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Trains small tokenizer.json files with the HuggingFace `tokenizers` library and records, for a fixed
 list of strings, the ids it gives (add_special_tokens=False) and its decode of those ids. The C++ tokenizer
-tests (tests/model/tokenizer_test.cpp) read the results, so CI needs no Python.
+tests (tests/text/tokenizer_test.cpp) read the results, so CI needs no Python.
 
 Run from the repository root:  pip install tokenizers && python3 scripts/make_tokenizer_fixtures.py
 Writes tests/data/tokenizers/<name>/{tokenizer.json,cases.json} for:

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# CI's sanitizer jobs (issue 9), after the normal build and test run:
+# CI's sanitizer jobs, after the normal build and test run:
 #   build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer (-DMOE_SANITIZE=address): every test of the
 #                CTest labels unit and model (the slow end-to-end cli/mpi tests run once, in the normal build);
 #   build-tsan/  ThreadSanitizer (-DMOE_SANITIZE=thread): the multi-threaded CPU paths (the thread pool, the
 #                fast experts and router, the layer's and the model's fast-expert tests) on 4 threads.
-# Both build without CUDA (the GPU code runs under compute-sanitizer: scripts/device/compute_sanitizer.sh),
+# Both build without CUDA (the GPU code runs under compute-sanitizer: scripts/device/run.sh sanitizer),
 # and the first error halts the test that hit it.
 #   scripts/sanitize.sh [asan|tsan]   (both when no argument)
 set -euo pipefail

@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure --parallel "$(nproc)" --timeout 600
-# Hardening (issue 9; MOE_HARDENING=0 skips it): the unit and model tests under ASan+UBSan, the threaded CPU
+# Hardening (docs/fuzzing.md; MOE_HARDENING=0 skips it): the unit and model tests under ASan+UBSan, the threaded CPU
 # paths under TSan, then every fuzzer for MOE_FUZZ_SECONDS each (two at a time).
 if [ "${MOE_HARDENING:-1}" != 0 ]; then
   scripts/sanitize.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """On the device: measure the routed experts' grouped-GEMM choices per layer shape and token bucket with
-`moe bench --backend cuda`, and write the rows of src/cuda/tuned_tiles.inc (issue 5: tile shapes autotuned
-offline, the table committed, the policy as the default for unseen shapes).
+`moe bench --backend cuda`, and write the rows of src/cuda/tuned_tiles.inc (tile shapes autotuned offline, the
+table committed, the policy as the default for unseen shapes).
 
 The choices are read from the environment once per process, so each candidate is its own `moe bench` run over
 all the token counts it applies to: mma.sync tiles of 16, 32, 48 or 64 rows (MOE_GROUPED_GEMM=mma,
@@ -16,7 +16,7 @@ GEMMs (MOE_WGMMA_STAGED_EPILOGUE=<gate/up>,<down>), and the policy (MOE_TUNED_TI
    candidate wins every round by more than --confirm-margin. Elsewhere the layer keeps the policy.
    The table, like the policy, cannot see how skewed a batch's routing is (the counts are on the device), and
    a choice that wins with balanced routing can lose badly with skewed routing (the 48-row tiles: +34% at
-   DeepSeek-V3 T=1024 with Zipf routing, bench/RESULTS.md 16th session). So each confirming round also runs
+   DeepSeek-V3 T=1024 with Zipf routing, measured on the H200 on 2026-12-01). So each confirming round also runs
    both with --routing zipf, and the candidate is kept only if it is not slower there by more than
    --confirm-margin in any round.
 Writes to --out: tuned_tiles.inc (the table rows of these shapes, to merge into src/cuda/tuned_tiles.inc),

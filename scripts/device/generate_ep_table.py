@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The table of scripts/device/nccl_generate.sh: for each fixture and wire format, whether
+"""The table of the generate_ep recipe (scripts/device/recipes/generate_ep.sh): for each fixture and wire format, whether
 `mpirun -np NP moe generate --ep --backend cuda` produced the tokens of the one-GPU run and of transformers
 (reference.json), where they first diverge, how many (token, layer) routing decisions agree, and each
 rank's (token, expert) pairs and bytes sent. "vs gemm": against one GPU with the fused decode kernel off

@@ -1,6 +1,6 @@
 // llama.cpp's MoE expert path (ggml MUL_MAT_ID on the CPU backend, as llama.cpp's build_moe_ffn builds it:
 // gate and up by expert, SwiGLU, down by expert, times the routing weights, summed over the k choices),
-// timed per layer on the shapes of `moe bench`, for the side-by-side of issue 3. Written against ggml's
+// timed per layer on the shapes of `moe bench`, for the side-by-side with the CPU experts. Written against ggml's
 // public API (ggml.h, ggml-cpu.h of the llama-cpp-python package); scripts/peers/llama_peer.sh builds it.
 //
 // Usage: llama_moe_peer SHAPE TOKENS TYPE THREADS REPEATS

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3's side-by-side on this machine: `moe bench --backend cpu` and llama.cpp's MoE expert path (ggml
+# The CPU experts beside llama.cpp on this machine: `moe bench --backend cpu` and llama.cpp's MoE expert path (ggml
 # MUL_MAT_ID, scripts/peers/llama_moe_peer.cpp) alternated in the same minutes, 2 threads each, cold weights.
 # Installs the llama-cpp-python package (PyPI; it builds llama.cpp's libraries for this CPU) into .peers/
 # once, builds the peer against its ggml headers and libraries, then prints a table.

@@ -1,4 +1,4 @@
-# Sourced by the device scripts: the carried OpenMPI (scripts/device/prepare_nccl_carry.sh) relocated under
+# Sourced by the multi-GPU device recipes: the carried OpenMPI (`run.sh prepare_nccl`) relocated under
 # .device-carry-nccl/mpi, its libraries linked in only where the image lacks them, set up for one host as
 # root, with NVLink multicast kept off. Sets MPIRUN. NCCL_CARRY overrides the carry folder.
 C="$PWD/${NCCL_CARRY:-.device-carry-nccl}"

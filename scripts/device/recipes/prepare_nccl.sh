@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# Here (no GPU): builds moe, the GPU expert-parallel tests and the single-GPU tests for sm_90a in build-nccl
-# and gathers what a multi-GPU device run needs into .device-carry-nccl/ (git-ignored): the binaries, libfmt
-# (and the other distribution libraries they load, under lib/), and OpenMPI
-# (the device image has none): mpirun (orterun), libmpi with its MCA plugins and help files, PMIx, and the
-# shared libraries they load (nccl_ep.sh links only those the image lacks). NCCL itself comes from the
-# device image (CUDA or the nvidia-nccl wheel).
-# Then: device run, kind nvidia-h200-x2, carry [".device-carry-nccl"], command "bash scripts/device/nccl_ep.sh".
-# BUILD and NCCL_CARRY override the build folder and the carry folder (helpers building side by side; the
-# device scripts read NCCL_CARRY too).
+# Here (no GPU): build every GPU binary (EP tests too) and gather them with OpenMPI into .device-carry-nccl.
+# What a multi-GPU device run needs, git-ignored: the binaries, libfmt (and the other distribution libraries
+# they load, under lib/), and OpenMPI (the device image has none): mpirun (orterun), libmpi with its MCA
+# plugins and help files, PMIx, and the shared libraries they load (lib/mpi.sh links only those the image
+# lacks). NCCL itself comes from the device image (CUDA or the nvidia-nccl wheel).
+# Then: device call, kind nvidia-h200-x2, carry [".device-carry-nccl"], command
+# "bash scripts/device/run.sh ep" (or `check`). BUILD and NCCL_CARRY override the build folder and the carry
+# folder (the device recipes read NCCL_CARRY too).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
 build=${BUILD:-build-nccl}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=ON >/dev/null
 cmake --build "$build" --target moe ep_cuda_ep_tests cuda_tests causal_lm_cuda_tests -j 2
@@ -35,3 +33,5 @@ for f in "$C"/mpi/usr/bin/orterun "$C"/mpi$ompi/lib/*.so* "$C"/mpi$ompi/lib/open
 done | sort -u | grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so' |
   grep -v -E 'openmpi|pmix2|libcuda\.|libcublas|libnccl|libfmt' | while read -r lib; do cp -L "$lib" "$C/mpi/deps/"; done
 du -sh "$C"
+source scripts/device/lib/common.sh
+row carry "$C" "$(du -sh "$C" | cut -f1)"

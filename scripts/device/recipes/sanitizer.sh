@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
-# On the device, in one call (issue 9): every CUDA test binary of the carry under compute-sanitizer's
-# memcheck, racecheck, initcheck and synccheck. The 2 x 4 runs go side by side (the GPU and the 16 cores
-# have room; each run serialises its own kernels), each cut at LIMIT seconds (default 170) so that the call
-# fits its budget; a run cut short is reported with how many tests it finished. Logs in $OUT.
-# Here, first: CARRY=build-cs-carry bash scripts/device/prepare_carry.sh (or a copy of a fresh .device-carry);
-# then run with carry ["build-cs-carry"] and CARRY=build-cs-carry bash scripts/device/compute_sanitizer.sh.
-# GTEST_FILTER in the environment narrows every binary's tests (gtest reads it), so that the runs finish
-# within LIMIT: e.g. GTEST_FILTER='CudaGroupedGemm*:CudaMoeLayer.EveryFamily*' (17th session). TOOLS narrows
-# the tools (default: all four), e.g. TOOLS=synccheck.
+# The GPU test binaries under compute-sanitizer's memcheck, racecheck, initcheck and synccheck.
+# The 2 x 4 runs go side by side (the GPU and the 16 cores have room; each run serialises its own kernels),
+# each cut at LIMIT seconds (default 170) so that the call fits its budget; a run cut short is reported with
+# how many tests it finished. GTEST_FILTER in the environment narrows every binary's tests (gtest reads it),
+# e.g. GTEST_FILTER='CudaGroupedGemm*:CudaMoeLayer.EveryFamily*'; TOOLS narrows the tools (default: all four),
+# e.g. TOOLS=synccheck. Logs in $OUT; exit 1 on a sanitizer finding or a failing test.
 set -uo pipefail
-source scripts/device/carry_env.sh
+source scripts/device/lib/common.sh
 limit=${LIMIT:-170}
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -43,6 +40,7 @@ for entry in "${pids[@]}"; do
     *) verdict="exit $rc"; status=1 ;;
   esac
   printf '%-10s %-22s %-18s tests ok %4s failed %3s  %s\n' "$tool" "$b" "$verdict" "$done_tests" "$failed_tests" "$summary"
+  row "$tool" "$b" "$verdict" "tests ok $done_tests, failed $failed_tests" "$summary"
   # The distinct reports (kind and source line), most frequent first.
   [ "$rc" = 0 ] || grep -E '^========= +(Error|Warning|Invalid|Uninitialized|Barrier|Program hit)' "$log" |
     sed -E 's/\+0x[0-9a-f]+//; s/ \[[0-9]+ hazards\]//' | sort | uniq -c | sort -rn | head -8

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# On the device, one call: our layer (`moe bench --backend cuda`, balanced routing) and cuBLAS's batched GEMM on
-# the layer's two expert GEMMs at exactly balanced routing (bmm_peer.py: the best case for a dense library), with
-# the SM clock and board power sampled every 100 ms (nvidia-smi) so that each run's clock and power can be read.
-# Needs .device-carry/ (prepare_carry.sh). Usage: [POINTS="shape:T ..."] bash scripts/device/dense_bound.sh
+# The layer against cuBLAS's batched GEMMs on its two expert GEMMs at exactly balanced routing (bmm_peer.py).
+# Our layer (`moe bench --backend cuda`, balanced routing) first, then torch.bmm on the same shapes with T*k/E
+# rows for every expert: the best case a dense library gets. The SM clock and board power are sampled every
+# 100 ms (nvidia-smi) so that each phase's clock and power can be read.
+# Usage: [POINTS="shape:T ..."] dense_bound
 set -uo pipefail
-source scripts/device/carry_env.sh
+source scripts/device/lib/common.sh
 points=${POINTS:-deepseek-v3:8192 deepseek-v3:1024 qwen3-30b-a3b:8192 qwen3-30b-a3b:2048 qwen3-30b-a3b:1024 mixtral-8x7b:8192 mixtral-8x7b:1024}
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit,driver_version --format=csv,noheader
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 > "$out/smi.csv" &
@@ -12,10 +13,20 @@ smi=$!
 stamp() { echo "$(date +%H:%M:%S.%N | cut -c1-12) $*" >> "$out/phases.txt"; }
 for point in $points; do
   stamp "moe $point"
-  $bin/moe bench --backend cuda --shape ${point%%:*} --tokens ${point#*:} --repeats 20 2>&1 | tee -a "$out/moe.txt" | grep -E "^ *[0-9]|x floor|floor" | tail -2
+  $bin/moe bench --backend cuda --shape ${point%%:*} --tokens ${point#*:} --repeats 20 --json "$out/moe.json" 2>&1 |
+    tee -a "$out/moe.txt" | grep -E "^ *[0-9]|x floor|floor" | tail -2
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[0]; print('moe', r['shape'], r['tokens'], round(r['us_median'],1), round(r['ratio_to_floor'],2), sep='\t')" \
+    "$out/moe.json" >> "$SUMMARY"
 done
 stamp "bmm"
 python3 scripts/device/bmm_peer.py "$(echo $points | tr ' ' ',')" 2>&1 | tee "$out/bmm.jsonl"
+python3 - "$out/bmm.jsonl" >> "$SUMMARY" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{") and '"shape"' in line:
+        r = json.loads(line)
+        print("\t".join(["bmm", r["shape"], str(r["tokens"]), f'{r["bmm_both_us"]:.1f}', f'gate/up {r["bmm_gate_up_us"]:.1f}, down {r["bmm_down_us"]:.1f}']))
+PY
 stamp "end"
 kill $smi
 # The clock and power while each phase ran (median of the samples).

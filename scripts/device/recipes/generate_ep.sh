@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# On the device: `moe generate` on the bundled transformers fixtures (tests/data/models), greedy, two prompts
-# as one batch, with --backend cuda on one GPU against `mpirun -np NP moe generate --ep --backend cuda` on
-# NP GPUs (NP: the GPUs visible; on a single-GPU kind NP = 1 still runs the NCCL path, one rank). Prints a
-# table (generate_ep_table.py): tokens equal to one GPU and to transformers, first divergence, routing
-# agreement, per-rank pairs and bytes, and the checks that must hold under bf16 rounding (exit 1 if not). Carry from scripts/device/prepare_nccl_carry.sh; nccl_ep.sh runs it
-# last. MODELS, NP, NEW_TOKENS and WIRES override the defaults; a wire is TRANSFER/COMBINE (--ep-transfer,
-# --ep-combine), default "bf16/bf16 bf16/f32". Logs in $OUT.
+# `moe generate --ep --backend cuda` on the model fixtures across NP GPUs, against one GPU and transformers.
+# Greedy, two prompts as one batch, `--backend cuda` on one GPU against `mpirun -np NP moe generate --ep
+# --backend cuda` (NP: the GPUs visible; on a single-GPU kind NP = 1 still runs the NCCL path, one rank).
+# The table (generate_ep_table.py): tokens equal to one GPU and to transformers, first divergence, routing
+# agreement, per-rank pairs and bytes, and the checks that must hold under bf16 rounding (exit 1 if not).
+# Carry of `run.sh prepare_nccl`; `ep` runs it last. MODELS, NP, NEW_TOKENS and WIRES override the defaults;
+# a wire is TRANSFER/COMBINE (--ep-transfer, --ep-combine), default "bf16/bf16 bf16/f32". Logs in $OUT.
 set -uo pipefail
-source scripts/device/mpi_env.sh
+source scripts/device/lib/mpi.sh
+source scripts/device/lib/common.sh
 out=${OUT:-/tmp}
 B=${NCCL_CARRY:-.device-carry-nccl}/bin
 NP=${NP:-$(nvidia-smi -L | wc -l)}
@@ -35,6 +36,7 @@ print(' '.join('--prompt-ids ' + ','.join(map(str, x['ids'])) for x in c[:2]))")
   done
 done
 python3 scripts/device/generate_ep_table.py $work "$NP" "$WIRES" $MODELS | tee "$out/generate_ep_np$NP.txt"
-rc=$?
+rc=${PIPESTATUS[0]}
+cat "$out/generate_ep_np$NP.txt" >> "$SUMMARY"
 tar czf "$out/generate_ep_np$NP.tar.gz" -C $work .
 exit $rc
