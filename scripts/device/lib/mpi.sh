@@ -31,4 +31,4 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_plm=isolated OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mca_base_component_show_load_errors=0
 MPIRUN="$M/usr/bin/mpirun --allow-run-as-root --bind-to none"
-echo "mpi_env: NCCL from $NCCL_DIR; carried libraries linked: $(ls /tmp/moe-mpi-lib | wc -l)"
+echo "lib/mpi.sh: NCCL from $NCCL_DIR; carried libraries linked: $(ls /tmp/moe-mpi-lib | wc -l)"
