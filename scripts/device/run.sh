@@ -6,13 +6,27 @@
 #   device call: carry [".device-carry"], command "bash scripts/device/run.sh side_by_side"
 # The recipe's whole output goes to $OUT/RECIPE.log (OUT: the folder the device tool returns; /tmp/moe-device
 # elsewhere); the rows it adds to the summary (lib/common.sh: `row`) are printed last, aligned, after its exit
-# status. Without arguments: the recipes and what each does.
+# status. Without arguments: the recipes and what each does; --check: every recipe and library parses, says
+# what it does on its line 2 and uses lib/common.sh (CTest runs this).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 recipes=scripts/device/recipes
 list() {
   for f in "$recipes"/*.sh; do printf '  %-13s %s\n' "$(basename "$f" .sh)" "$(sed -n '2s/^# //p' "$f")"; done
 }
+if [ "${1:-}" = --check ]; then
+  bad=0
+  for f in scripts/device/lib/*.sh "$recipes"/*.sh; do
+    bash -n "$f" || { echo "$f: does not parse"; bad=1; }
+  done
+  for f in "$recipes"/*.sh; do
+    sed -n 2p "$f" | grep -qE '^# [A-Z`]' || { echo "$f: line 2 must say what the recipe does"; bad=1; }
+    grep -q 'source scripts/device/lib/common.sh' "$f" || { echo "$f: does not source lib/common.sh"; bad=1; }
+  done
+  [ "$(ls "$recipes"/*.sh | wc -l)" -gt 0 ] || { echo "no recipes"; bad=1; }
+  [ $bad = 0 ] && echo "$(ls "$recipes"/*.sh | wc -l) recipes checked"
+  exit $bad
+fi
 if [ $# -lt 1 ] || [ ! -f "$recipes/$1.sh" ]; then
   [ $# -ge 1 ] && echo "unknown recipe: $1"
   echo "usage: bash scripts/device/run.sh RECIPE [ARGS...]"
