@@ -6,7 +6,8 @@
 #   device call: carry [".device-carry"], command "bash scripts/device/run.sh side_by_side"
 # The recipe's whole output goes to $OUT/RECIPE.log (OUT: the folder the device tool returns; /tmp/moe-device
 # elsewhere); the rows it adds to the summary (lib/common.sh: `row`) are printed last, aligned, after its exit
-# status. Without arguments: the recipes and what each does; --check: every recipe and library parses, says
+# status. The device returns at most 8 files from $OUT: a recipe keeps at most 7 there (the log is the 8th)
+# and packs the rest into a tarball. Without arguments: the recipes and what each does; --check: every recipe and library parses, says
 # what it does on its line 2 and uses lib/common.sh (CTest runs this).
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -33,7 +33,7 @@ bench() {  # name shape routing [VAR=value...]
   env "$@" timeout 150 "$bin/moe" bench --backend cuda --shape "$shape" --tokens "$tokens" --routing "$routing" \
     --repeats 30 --json "$work/${name}_${shape}_${routing}.json" > "$work/bench.tmp" 2>&1
   local rc=$?
-  cat "$work/bench.tmp" >> "$out/bench.log"
+  cat "$work/bench.tmp" >> "$work/bench.log"
   echo "== $shape $routing $name (rc $rc)"
   grep -E "^$shape|ceilings|rror" "$work/bench.tmp"
   python3 - "$work/${name}_${shape}_${routing}.json" "$name" >> "$SUMMARY" 2>/dev/null <<'PY'

@@ -6,6 +6,7 @@
 # NP overrides the rank count (default: the GPUs visible). Logs and JSON in $OUT. Exit 1 if any part failed.
 set -uo pipefail
 source scripts/device/lib/mpi.sh
+CARRY=${CARRY:-${NCCL_CARRY:-.device-carry-nccl}}
 source scripts/device/lib/common.sh
 out=${OUT:-/tmp}
 B=${NCCL_CARRY:-.device-carry-nccl}/bin
@@ -36,7 +37,7 @@ $B/moe layer $args --backend cuda --output $case/one.safetensors
 for wire in bf16/bf16 fp8/bf16 bf16/f32; do
   tag=${wire/\//-}
   $MPIRUN -np "$NP" $B/moe layer $args --backend cuda --ep --ep-transfer ${wire%/*} --ep-combine ${wire#*/} \
-    --output $case/ep_$tag.safetensors --stats $out/ep_layer_stats_$tag.json
+    --output $case/ep_$tag.safetensors --stats $case/ep_layer_stats_$tag.json
   tol=$([ ${wire%/*} = bf16 ] && echo 0.01 || echo 0.125)
   verdict=$(python3 scripts/device/ep_cli_case.py compare $case/ep_$tag.safetensors $case/one.safetensors $tol) || status=1
   echo "$wire: $verdict"
@@ -54,5 +55,6 @@ for r in json.load(open(sys.argv[1])):
     print(f'{r["tokens_per_rank"]}\t{r["wire"]}\t{r["dispatch_us"]:.0f}\t{r["dispatch_ratio_to_peer"]:.2f}\t{r["combine_us"]:.0f}\t{r["combine_ratio_to_peer"]:.2f}')
 PY
 
+tar czf "$out/ep_layer_stats.tgz" -C $case $(cd $case && ls ep_layer_stats_*.json)
 NP=$NP bash scripts/device/recipes/generate_ep.sh || status=1
 exit $status

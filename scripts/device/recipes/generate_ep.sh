@@ -8,6 +8,7 @@
 # a wire is TRANSFER/COMBINE (--ep-transfer, --ep-combine), default "bf16/bf16 bf16/f32". Logs in $OUT.
 set -uo pipefail
 source scripts/device/lib/mpi.sh
+CARRY=${CARRY:-${NCCL_CARRY:-.device-carry-nccl}}
 source scripts/device/lib/common.sh
 out=${OUT:-/tmp}
 B=${NCCL_CARRY:-.device-carry-nccl}/bin
