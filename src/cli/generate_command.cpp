@@ -1,5 +1,7 @@
-// moe generate: loads a HuggingFace MoE checkpoint, generates from one or several prompts, and reports the
-// text, the speed and which experts every token used.
+// moe generate: loads a HuggingFace MoE checkpoint into an Engine, generates from one or several prompts
+// (engine::generate), and reports the text, the speed and which experts every token used. The command
+// turns flags into EngineOptions and prints; the flags' checks come first, so that a bad one is named as
+// the flag.
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <unistd.h>

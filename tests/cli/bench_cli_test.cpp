@@ -101,7 +101,7 @@ void expect_cpu_rows(const nlohmann::json& rows, const std::string& weights) {
   }
 }
 
-TEST(BenchCli, CpuRowsHaveTheIssueFields) {
+TEST(BenchCli, CpuRowsHaveEveryField) {
   TempDir dir;
   const auto json = dir / "rows.json";
   const RunResult r = run_bench(
