@@ -10,7 +10,6 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -56,7 +55,7 @@ const std::vector<std::vector<int32_t>> kPrompts = {{1, 2, 3, 4, 5}, {7}, {3, 3,
 TEST(Generation, BatchedAndChunkedEqualsOneSequenceAtATime) {
   for (int64_t chunk : {1, 3, 4, 17, 4096}) {
     for (int64_t max_new : {0, 1, 6, 20}) {
-      SCOPED_TRACE("max_batched_tokens " + std::to_string(chunk) + ", max_new_tokens " + std::to_string(max_new));
+      SCOPED_TRACE("max_num_batched_tokens " + std::to_string(chunk) + ", max_new_tokens " + std::to_string(max_new));
       ToyModel model;
       std::vector<std::string> progress;
       Options o = options(max_new, chunk);
