@@ -4,7 +4,8 @@
 // step is either a prefill step (prompt tokens of the current batch, sequence after sequence, up to
 // EngineOptions::max_num_batched_tokens; a request's first token comes from the step that holds the end of
 // its prompt) or, once every prompt of the batch is in, a decode step (the last token of every running
-// request). Results and statistics are readable between steps.
+// request). Results and statistics are readable between steps. One caller at a time: the Engine is not
+// thread-safe (the model may run a forward on many threads).
 //
 // NOTE: the model's KV cache holds a fixed batch of sequences (CausalLM::new_cache), so requests run in
 // batches: waiting requests start together (at most max_num_seqs) once the previous batch has finished.
