@@ -1,5 +1,7 @@
-// moe generate: loads a HuggingFace MoE checkpoint, generates from one or several prompts, and reports the
-// text, the speed and which experts every token used.
+// moe generate: loads a HuggingFace MoE checkpoint into an Engine, generates from one or several prompts
+// (engine::generate), and reports the text, the speed and which experts every token used. The command
+// turns flags into EngineOptions and prints; the flags' checks come first, so that a bad one is named as
+// the flag.
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -15,10 +17,9 @@
 #include "generate_report.h"
 #include "id_list.h"
 #include "moe/core/check.h"
-#include "moe/core/checkpoint.h"
+#include "moe/engine/engine.h"
+#include "moe/engine/generation.h"
 #include "moe/ep/transfer.h"
-#include "moe/model/causal_lm.h"
-#include "moe/model/generation.h"
 #include "moe/text/tokenizer.h"
 
 namespace moe::cli {
@@ -45,16 +46,6 @@ struct GenerateArgs {
   // Which of the sampling options the command line gave.
   bool has_temperature = false, has_sampling_option = false;
 };
-
-// Without --cpu-experts, as `moe layer` does: the fast bf16 experts for BF16 checkpoints, the exact
-// reference experts for F32 and F16 ones (a bf16 pass would throw their precision away).
-CpuExperts default_cpu_experts(const fs::path& dir) {
-  const Checkpoint checkpoint = Checkpoint::open(dir);
-  for (const std::string& name : checkpoint.names())
-    if (name.find(".experts.") != std::string::npos)
-      return checkpoint.get(name).dtype() == DType::BF16 ? CpuExperts::fast : CpuExperts::reference;
-  return CpuExperts::reference;
-}
 
 // Progress on a terminal only, rewritten in place: in a pipe or a log stderr stays one line per error.
 class ProgressLine {
@@ -129,30 +120,32 @@ void run_generate(const GenerateArgs& a) {
   MOE_CHECK(a.has_temperature || !a.has_sampling_option,
             "--top-p, --top-k and --seed take effect when sampling: add --temperature T (> 0); without it "
             "decoding is greedy");
-  const model::SamplingParams sampling{.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p,
-                                       .seed = a.seed};
-  model::check_sampling_params(sampling);
+  const engine::SamplingParams sampling{.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p,
+                                        .seed = a.seed};
+  engine::check_sampling_params(sampling);
 #if !MOE_WITH_CUDA
   MOE_CHECK(a.backend != "cuda",
             "--backend cuda: this build has no CUDA backend (no nvcc at configure time); use --backend cpu");
 #endif
 
-  // The tokenizer: needed to read --prompt, optional for --prompt-ids (then no text is shown).
+  // The tokenizer (the engine loads DIR/tokenizer.json): needed to read --prompt, optional for --prompt-ids
+  // (then no text is shown).
   const fs::path tokenizer_file = dir / "tokenizer.json";
-  std::optional<Tokenizer> tokenizer;
-  if (fs::exists(tokenizer_file)) tokenizer = Tokenizer::load(tokenizer_file);
-  MOE_CHECK(tokenizer || a.prompts.empty(), "--prompt needs a tokenizer, and '{}' does not exist: give token ids "
-            "with --prompt-ids 1,2,3 instead", tokenizer_file.string());
+  MOE_CHECK(fs::exists(tokenizer_file) || a.prompts.empty(), "--prompt needs a tokenizer, and '{}' does not exist: "
+            "give token ids with --prompt-ids 1,2,3 instead", tokenizer_file.string());
   std::vector<std::vector<int32_t>> prompts;
-  // Text is encoded with the tokenizer's special tokens (Llama's leading <s>), as transformers' tokenizer()
-  // does by default.
-  for (const std::string& text : a.prompts) prompts.push_back(tokenizer->encode(text, /*add_special_tokens=*/true));
   for (const std::string& ids : a.prompt_ids) prompts.push_back(parse_id_list(ids, "--prompt-ids"));
+
+  // --max-batched-tokens is the step budget; the CUDA MoE blocks' workspace and the expert-parallel buffers
+  // follow from it (engine_options.h).
+  engine::EngineOptions options;
+  options.max_num_batched_tokens = a.max_batched_tokens;
+  options.max_num_seqs = static_cast<int64_t>(a.prompts.size() + a.prompt_ids.size());  // one batch
 
   // Expert parallelism: every rank runs the whole model on the same prompts (attention replicated), the MoE
   // blocks exchange tokens between ranks and end with the same output bytes on every rank (generate_ep.h);
   // the ranks compute identical logits and so pick identical tokens. Rank 0 alone prints and writes files.
-  std::unique_ptr<GenerateEp> ep;  // outlives the model, whose MoE blocks hold its communicators
+  std::unique_ptr<GenerateEp> ep;  // outlives the engine, whose model's MoE blocks hold its communicators
   MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
             "--placement, --ep-transfer and --ep-combine need --ep");
   const ep::EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
@@ -160,35 +153,36 @@ void run_generate(const GenerateArgs& a) {
     MOE_CHECK(a.backend == "cuda" || a.cpu_experts != "fast",
               "--ep runs the MoE blocks on the CPU reference experts (or with --backend cuda on one GPU per rank): "
               "drop --cpu-experts fast");
-    ep = std::make_unique<GenerateEp>(a.backend, a.placement, wires, a.max_batched_tokens);
+    ep = std::make_unique<GenerateEp>(a.backend, a.placement, wires, engine::ep_exchange_tokens(options));
   }
   const bool root = !ep || ep->rank() == 0;
 
   ProgressLine progress(root);
-  model::ModelOptions options;
-  options.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
-  options.cpu_experts = a.cpu_experts.empty()   ? default_cpu_experts(dir)
-                        : a.cpu_experts == "fast" ? CpuExperts::fast
-                                                  : CpuExperts::reference;
-  options.max_batched_tokens = a.max_batched_tokens;
-  options.progress = [&](const std::string& what) { progress.show("loading " + a.model_dir + ": " + what); };
+  options.model.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
+  options.model.cpu_experts = a.cpu_experts.empty()   ? engine::default_cpu_experts(dir)
+                              : a.cpu_experts == "fast" ? CpuExperts::fast
+                                                        : CpuExperts::reference;
+  options.model.progress = [&](const std::string& what) { progress.show("loading " + a.model_dir + ": " + what); };
   if (ep) {
-    if (a.backend == "cpu") options.cpu_experts = CpuExperts::reference;
-    ep->install(options);
+    if (a.backend == "cpu") options.model.cpu_experts = CpuExperts::reference;
+    ep->install(options.model);
   }
-  const std::unique_ptr<model::CausalLM> lm = model::CausalLM::load(dir, options);
+  std::optional<TraceWriter> trace;  // opened once the model is loaded
+  if (!a.trace.empty() && root) options.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
+  const std::unique_ptr<engine::Engine> engine = engine::Engine::load(dir, options);
   progress.clear();
-  const model::ModelInfo& info = lm->info();
+  const model::ModelInfo& info = engine->info();
+  const Tokenizer* tokenizer = engine->tokenizer();
+  // Text is encoded with the tokenizer's special tokens (Llama's leading <s>), as transformers' tokenizer()
+  // does by default.
+  for (const std::string& text : a.prompts) prompts.push_back(tokenizer->encode(text, /*add_special_tokens=*/true));
 
-  std::optional<TraceWriter> trace;
-  if (!a.trace.empty() && root) trace.emplace(a.trace);
-  model::GenerationOptions generation;
+  if (options.on_routing) trace.emplace(a.trace);
+  engine::GenerationOptions generation;
   generation.max_new_tokens = a.max_new_tokens;
   generation.sampling = sampling;
-  generation.max_batched_tokens = a.max_batched_tokens;
-  if (trace) generation.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
   generation.progress = [&](const std::string& line) { progress.show(line); };
-  const model::GenerationResult result = model::generate(*lm, prompts, generation);
+  const engine::GenerationResult result = engine::generate(*engine, prompts, generation);
   progress.clear();
   if (trace) trace->close();
   const std::vector<EpLayerStats> ep_stats = ep ? ep->gather_stats() : std::vector<EpLayerStats>{};  // collective
@@ -200,7 +194,7 @@ void run_generate(const GenerateArgs& a) {
 
   fmt::print("{}: {} layers ({} MoE), {} experts, top-{}; {} backend, {} CPU experts{}\n", info.model_type,
              info.num_layers, info.moe_layers.size(), info.num_experts, info.top_k, a.backend,
-             options.cpu_experts == CpuExperts::fast ? "fast" : "reference",
+             options.model.cpu_experts == CpuExperts::fast ? "fast" : "reference",
              ep ? fmt::format(", expert-parallel over {} ranks ({} transfer, {} combine)", ep->size(),
                               ep::transfer_name(wires.dispatch), ep::transfer_name(wires.combine))
                 : "");

@@ -13,7 +13,7 @@ namespace moe::cli {
 namespace {
 
 // Prompt and generated counts of one layer together.
-std::vector<int64_t> all_counts(const model::LayerLoad& load) {
+std::vector<int64_t> all_counts(const engine::LayerLoad& load) {
   std::vector<int64_t> counts = load.prompt_counts;
   for (size_t e = 0; e < counts.size(); ++e) counts[e] += load.generated_counts[e];
   return counts;
@@ -37,7 +37,7 @@ nlohmann::ordered_json trace_line(const model::RoutingEvent& event) {
 }
 
 nlohmann::ordered_json result_json(const std::vector<std::vector<int32_t>>& prompts,
-                                   const model::GenerationResult& result, const std::vector<std::string>& texts) {
+                                   const engine::GenerationResult& result, const std::vector<std::string>& texts) {
   nlohmann::ordered_json j;
   const auto text = [&](size_t s) { return texts.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(texts[s]); };
   if (prompts.size() == 1) {
@@ -55,7 +55,7 @@ nlohmann::ordered_json result_json(const std::vector<std::vector<int32_t>>& prom
   return j;
 }
 
-nlohmann::ordered_json stats_json(const model::ModelInfo& info, const model::GenerationResult& result) {
+nlohmann::ordered_json stats_json(const model::ModelInfo& info, const engine::GenerationResult& result) {
   nlohmann::ordered_json j;
   j["model_type"] = info.model_type;
   j["n_experts"] = info.num_experts;
@@ -67,7 +67,7 @@ nlohmann::ordered_json stats_json(const model::ModelInfo& info, const model::Gen
   j["generated"] = nlohmann::ordered_json::object();
   std::vector<int64_t> total(info.num_experts, 0);
   int64_t total_tokens = 0;
-  for (const model::LayerLoad& load : result.layers) {
+  for (const engine::LayerLoad& load : result.layers) {
     const std::string key = std::to_string(load.layer);
     const auto counts = all_counts(load);
     const int64_t tokens = load.prompt_tokens + load.generated_tokens;
@@ -82,9 +82,9 @@ nlohmann::ordered_json stats_json(const model::ModelInfo& info, const model::Gen
   return j;
 }
 
-std::vector<std::string> load_summary(const model::ModelInfo& info, const model::GenerationResult& result) {
+std::vector<std::string> load_summary(const model::ModelInfo& info, const engine::GenerationResult& result) {
   std::vector<std::string> lines;
-  for (const model::LayerLoad& load : result.layers) {
+  for (const engine::LayerLoad& load : result.layers) {
     const auto counts = all_counts(load);
     const int64_t tokens = load.prompt_tokens + load.generated_tokens;
     const int k = info.top_k;

@@ -1,4 +1,4 @@
-// `moe bench --backend cpu` on a tiny shape: the JSON rows carry the issue's fields with positive values,
+// `moe bench --backend cpu` on a tiny shape: the JSON rows carry every field of a row with positive values,
 // one row per requested token count, the CPU extras, a floor consistent with its ceilings and paired floors
 // consistent with each run's; CPU-only options are refused clearly with --backend cuda.
 #include <gtest/gtest.h>
@@ -101,7 +101,7 @@ void expect_cpu_rows(const nlohmann::json& rows, const std::string& weights) {
   }
 }
 
-TEST(BenchCli, CpuRowsHaveTheIssueFields) {
+TEST(BenchCli, CpuRowsHaveEveryField) {
   TempDir dir;
   const auto json = dir / "rows.json";
   const RunResult r = run_bench(

@@ -1,4 +1,4 @@
-#include "moe/model/sampler.h"
+#include "moe/engine/sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "moe/core/check.h"
 
-namespace moe::model {
+namespace moe::engine {
 
 namespace {
 
@@ -69,6 +69,13 @@ Kept keep(std::span<const float> logits, const SamplingParams& params, bool sort
 // std::uniform_real_distribution, whose algorithm is unspecified).
 double uniform01(std::mt19937_64& gen) { return static_cast<double>(gen() >> 11) * 0x1p-53; }
 
+// seed_seq's mixing is specified by the standard, so the streams are the same everywhere.
+std::mt19937_64 seeded_generator(uint64_t seed, uint64_t stream) {
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(stream),
+                    static_cast<uint32_t>(stream >> 32)};
+  return std::mt19937_64(seq);
+}
+
 }  // namespace
 
 void check_sampling_params(const SamplingParams& params) {
@@ -93,24 +100,15 @@ Candidates sampling_candidates(std::span<const float> logits, const SamplingPara
   return c;
 }
 
-Sampler::Sampler(const SamplingParams& params, int64_t num_sequences) : params_(params) {
+SequenceSampler::SequenceSampler(const SamplingParams& params, uint64_t stream)
+    : params_(params), generator_(seeded_generator(params.seed, stream)) {
   check_sampling_params(params);
-  MOE_CHECK(num_sequences >= 0, "a sampler for {} sequences", num_sequences);
-  generators_.reserve(num_sequences);
-  for (int64_t s = 0; s < num_sequences; ++s) {
-    // seed_seq's mixing is specified by the standard, so the streams are the same everywhere.
-    std::seed_seq seq{static_cast<uint32_t>(params.seed), static_cast<uint32_t>(params.seed >> 32),
-                      static_cast<uint32_t>(s), static_cast<uint32_t>(s >> 32)};
-    generators_.emplace_back(seq);
-  }
 }
 
-int32_t Sampler::next(int64_t seq, std::span<const float> logits) {
-  MOE_CHECK(seq >= 0 && seq < static_cast<int64_t>(generators_.size()), "sequence {} outside the sampler's {}", seq,
-            generators_.size());
+int32_t SequenceSampler::next(std::span<const float> logits) {
   if (params_.temperature == 0.0) return argmax(logits);
   const Kept kept = keep(logits, params_, /*sorted=*/false);
-  const double r = uniform01(generators_[seq]) * kept.mass;
+  const double r = uniform01(generator_) * kept.mass;
   double cum = 0.0;
   for (size_t i = 0; i < kept.ids.size(); ++i) {
     cum += kept.weights[i];
@@ -122,4 +120,4 @@ int32_t Sampler::next(int64_t seq, std::span<const float> logits) {
   return kept.ids.front();
 }
 
-}  // namespace moe::model
+}  // namespace moe::engine

@@ -1,15 +1,15 @@
 #pragma once
 // Choosing the next token from a row of logits: greedy (argmax) or sampling with temperature, top-k and
 // top-p (nucleus), applied in that order as transformers' logits warpers do. Sampling is deterministic for
-// a given seed: every sequence draws from its own generator, so a sequence's tokens depend only on the
-// seed, its index in the batch and its own logits, never on which other sequences are still running.
+// a given seed: every sequence draws from its own generator, seeded from (seed, stream), so a sequence's
+// tokens depend only on the seed, its stream and its own logits, never on which other sequences run.
 
 #include <cstdint>
 #include <random>
 #include <span>
 #include <vector>
 
-namespace moe::model {
+namespace moe::engine {
 
 struct SamplingParams {
   double temperature = 0.0;  // 0: greedy; > 0: logits / temperature before the softmax
@@ -33,17 +33,19 @@ struct Candidates {
 };
 Candidates sampling_candidates(std::span<const float> logits, const SamplingParams& params);
 
-class Sampler {
+// One sequence's sampler: its parameters and its own generator. Sequences with the same seed and stream
+// draw the same numbers; a batch gives each sequence its own stream.
+class SequenceSampler {
  public:
-  // One generator per sequence, seeded from (params.seed, sequence index).
-  Sampler(const SamplingParams& params, int64_t num_sequences);
+  // The generator is seeded from (params.seed, stream). Throws as check_sampling_params.
+  SequenceSampler(const SamplingParams& params, uint64_t stream);
 
-  // The next token of sequence `seq` from its logits [vocab] F32.
-  int32_t next(int64_t seq, std::span<const float> logits);
+  // The next token from the sequence's logits [vocab] F32.
+  int32_t next(std::span<const float> logits);
 
  private:
   SamplingParams params_;
-  std::vector<std::mt19937_64> generators_;  // [num_sequences]
+  std::mt19937_64 generator_;
 };
 
-}  // namespace moe::model
+}  // namespace moe::engine

@@ -25,8 +25,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// llama.cpp's MUL_MAT_ID on this machine class (issue 3): whole expert FFN, router excluded, 2 threads, cold
-// weights, µs per layer, best run; {bf16, q8_0}. 0 where not measured.
+// llama.cpp's MUL_MAT_ID measured on a 2-core AVX-512 machine of this class (AVX512-BF16 and VNNI, DRAM read
+// about 36 GB/s): whole expert FFN, router excluded, 2 threads, cold weights, µs per layer, best run;
+// {bf16, q8_0}. 0 where not measured.
 double llama_us(const std::string& shape, int64_t T, bool int8) {
   static const std::map<std::pair<std::string, int64_t>, std::pair<double, double>> table = {
       {{"qwen3-30b-a3b", 1}, {1714, 1330}},    {{"qwen3-30b-a3b", 8}, {16152, 10835}},
@@ -90,7 +91,7 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64
   const int n_threads = ThreadPool::global().size();
 
   // Footprint: packed weights of all layers within max_gib; enough layers (>= 1.5 GiB, about 6x the 260 MB
-  // LLC of the issue-3 machine) that each run's experts come from DRAM.
+  // LLC of the machine the llama.cpp figures come from) that each run's experts come from DRAM.
   const double expert_bytes = 3.0 * s.hidden * s.intermediate * (int8 ? 1.0 : 2.0);
   const int layers = o.layers > 0 ? o.layers
                                   : static_cast<int>(std::clamp(std::ceil(1.5 * (1 << 30) / (expert_bytes * s.n_experts)),
@@ -105,7 +106,7 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& s, const std::vector<int64
                  ? fmt::format(" ({})", cpu::stream_prefetch_name(cpu::detect_stream_prefetch()))
                  : "");
   if (isa == cpu::Isa::amx)
-    fmt::print("  experts on AMX tiles; the floor's compute term stays the {} peak (issue 3's floor), which the "
+    fmt::print("  experts on AMX tiles; the floor's compute term stays the {} peak (the AVX-512 floor), which the "
                "tiles exceed many times, so compute-bound points run below 1x\n",
                int8 ? "vpdpbusd" : "vdpbf16ps");
   fmt::print("  {} layers rotated, {} distinct experts each{} ({:.2f} GiB of packed expert weights)\n", layers,

@@ -1,7 +1,7 @@
 // The sampler: greedy ties, the exact top-k / top-p masks, temperature, and sampled frequencies on small
 // vocabularies against the softmax they should follow (fixed seeds; each count must lie within 5 standard
 // deviations of its binomial mean, so a correct sampler passes with any seed).
-#include "moe/model/sampler.h"
+#include "moe/engine/sampler.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 
 #include "moe/core/check.h"
 
-namespace moe::model {
+namespace moe::engine {
 namespace {
 
 // Logits whose softmax is `probs` (up to rounding).
@@ -32,12 +32,12 @@ std::vector<double> softmax(const std::vector<float>& logits, double temperature
   return p;
 }
 
-// Draws n tokens for sequence 0 and checks every token's count against n * expected[i] within 5 sigma.
+// Draws n tokens from stream 0 and checks every token's count against n * expected[i] within 5 sigma.
 void expect_frequencies(const std::vector<float>& logits, const SamplingParams& params,
                         const std::vector<double>& expected, int n = 40000) {
-  Sampler sampler(params, 1);
+  SequenceSampler sampler(params, 0);
   std::vector<int> counts(logits.size(), 0);
-  for (int i = 0; i < n; ++i) ++counts.at(sampler.next(0, logits));
+  for (int i = 0; i < n; ++i) ++counts.at(sampler.next(logits));
   for (size_t i = 0; i < logits.size(); ++i) {
     const double mean = n * expected[i];
     const double sigma = std::sqrt(n * expected[i] * (1.0 - expected[i]));
@@ -70,10 +70,11 @@ TEST(Sampler, ArgmaxTiesGoToTheLowerId) {
 
 TEST(Sampler, TemperatureZeroIsGreedyAndIgnoresTheFilters) {
   const std::vector<float> logits = {0.1f, 0.7f, 0.7f, 0.2f};
-  Sampler sampler({.temperature = 0.0, .top_k = 3, .top_p = 0.5, .seed = 7}, 2);
+  SequenceSampler stream0({.temperature = 0.0, .top_k = 3, .top_p = 0.5, .seed = 7}, 0);
+  SequenceSampler stream1({.temperature = 0.0, .top_k = 3, .top_p = 0.5, .seed = 7}, 1);
   for (int i = 0; i < 50; ++i) {
-    EXPECT_EQ(sampler.next(0, logits), 1);
-    EXPECT_EQ(sampler.next(1, logits), 1);
+    EXPECT_EQ(stream0.next(logits), 1);
+    EXPECT_EQ(stream1.next(logits), 1);
   }
 }
 
@@ -99,8 +100,8 @@ TEST(Sampler, TemperatureSharpensAndFlattens) {
     const Candidates sharp = sampling_candidates(logits, {.temperature = t});
     EXPECT_EQ(sharp.ids.front(), 2);
     EXPECT_EQ(sharp.probs.front(), 1.0);
-    Sampler sampler({.temperature = t, .seed = 3}, 1);
-    for (int i = 0; i < 200; ++i) EXPECT_EQ(sampler.next(0, logits), 2);
+    SequenceSampler sampler({.temperature = t, .seed = 3}, 0);
+    for (int i = 0; i < 200; ++i) EXPECT_EQ(sampler.next(logits), 2);
   }
   // Two equal maxima share the mass as T -> 0.
   const std::vector<float> tied = {1.0f, 3.0f, 0.0f, 3.0f};
@@ -160,32 +161,31 @@ TEST(Sampler, MinusInfinityLogitsAreNeverDrawn) {
   const std::vector<float> logits = {-inf, 0.0f, -inf, 0.0f};
   expect_frequencies(logits, {.temperature = 1.0, .seed = 6}, {0, 0.5, 0, 0.5}, 4000);
   const std::vector<float> all_masked = {-inf, -inf};
-  Sampler sampler({.temperature = 1.0}, 1);
-  EXPECT_THROW(sampler.next(0, all_masked), Error);
+  SequenceSampler sampler({.temperature = 1.0}, 0);
+  EXPECT_THROW(sampler.next(all_masked), Error);
 }
 
-TEST(Sampler, SeedsReproduceAndSequencesAreIndependent) {
+TEST(Sampler, SeedsReproduceAndStreamsAreIndependent) {
   const auto logits = log_of({0.25, 0.25, 0.25, 0.25});
   const SamplingParams params{.temperature = 1.0, .seed = 42};
-  const auto draw = [&](Sampler& s, int64_t seq, int n) {
+  const auto draw = [&](SequenceSampler& s, int n) {
     std::vector<int32_t> out;
-    for (int i = 0; i < n; ++i) out.push_back(s.next(seq, logits));
+    for (int i = 0; i < n; ++i) out.push_back(s.next(logits));
     return out;
   };
-  Sampler a(params, 2), b(params, 2), other({.temperature = 1.0, .seed = 43}, 2);
-  const auto first = draw(a, 0, 100);
-  EXPECT_EQ(first, draw(b, 0, 100));
-  EXPECT_NE(first, draw(other, 0, 100));
-  // Sequence 1's draws do not depend on whether sequence 0 drew in between, and differ from sequence 0's.
-  Sampler c(params, 2);
+  SequenceSampler a0(params, 0), a1(params, 1), b0(params, 0), other({.temperature = 1.0, .seed = 43}, 0);
+  const auto first = draw(a0, 100);
+  EXPECT_EQ(first, draw(b0, 100));
+  EXPECT_NE(first, draw(other, 100));
+  // Stream 1's draws do not depend on whether stream 0 drew in between, and differ from stream 0's.
+  SequenceSampler c0(params, 0), c1(params, 1);
   std::vector<int32_t> interleaved;
   for (int i = 0; i < 100; ++i) {
-    interleaved.push_back(c.next(1, logits));
-    c.next(0, logits);
+    interleaved.push_back(c1.next(logits));
+    c0.next(logits);
   }
-  EXPECT_EQ(interleaved, draw(a, 1, 100));
+  EXPECT_EQ(interleaved, draw(a1, 100));
   EXPECT_NE(interleaved, first);
-  EXPECT_THROW(a.next(2, logits), Error);
 }
 
 TEST(Sampler, BadParametersAreRejectedWithTheirRange) {
@@ -196,8 +196,8 @@ TEST(Sampler, BadParametersAreRejectedWithTheirRange) {
   EXPECT_NE(error_of({.temperature = 1.0, .top_p = std::nan("")}).find("top_p"), std::string::npos);
   EXPECT_NE(error_of({.temperature = 1.0, .top_k = -1}).find("top_k must be >= 0"), std::string::npos);
   EXPECT_EQ(error_of({.temperature = 0.7, .top_k = 40, .top_p = 0.9}), "");
-  EXPECT_THROW(Sampler({.temperature = -1.0}, 1), Error);
+  EXPECT_THROW(SequenceSampler({.temperature = -1.0}, 0), Error);
 }
 
 }  // namespace
-}  // namespace moe::model
+}  // namespace moe::engine

@@ -164,8 +164,9 @@ void print_rows(const std::vector<BenchRow>& rows) {
   fmt::print("\nspread: fastest and slowest run as % of the median. floor = max(touched weight bytes / read "
              "bandwidth,\nflops / peak), ceilings measured before and after the timed runs, the higher of each "
              "kept.\npaired: the median over runs of each run's time over its own floor, from the ceilings "
-             "measured\nright before and after it (the higher of each).\npeer: {} (issue 3's figures: same "
-             "machine class, router excluded, best run); vs peer > 1: faster than it.\n",
+             "measured\nright before and after it (the higher of each).\npeer: {} (measured on a 2-core "
+             "AVX-512 machine of this class: 2 threads, cold weights, router excluded, best run); vs peer > 1: "
+             "faster than it.\n",
              "llama.cpp MUL_MAT_ID");
 }
 

@@ -1,9 +1,8 @@
-// The generation loop against a small deterministic CausalLM written here (a test double: its next token
-// is a fixed function of the whole sequence so far, its routing a fixed function of the token). A batch of
-// prompts, prefilled in chunks and decoded together, must give each sequence exactly what a one-token-at-a-
-// time loop over that sequence alone gives, stop at EOS or max_new_tokens, report every routed token once,
-// and count the expert load per layer.
-#include "moe/model/generation.h"
+// The generation loop over an Engine on a small deterministic CausalLM (toy_model.h). A batch of prompts,
+// prefilled in chunks and decoded together, must give each sequence exactly what a one-token-at-a-time
+// loop over that sequence alone gives, stop at EOS or max_new_tokens, report every routed token once, and
+// count the expert load per layer.
+#include "moe/engine/generation.h"
 
 #include <gtest/gtest.h>
 
@@ -11,107 +10,44 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "moe/core/check.h"
+#include "toy_model.h"
 
-namespace moe::model {
+namespace moe::engine {
 namespace {
 
-constexpr int64_t kVocab = 11;
-constexpr int32_t kEos = 9;
+using test::expected_continuation;
+using test::experts_of;
+using test::kEos;
+using test::ToyModel;
 
-// The toy model's next token after `history`.
-int32_t next_token(const std::vector<int32_t>& history) {
-  const int64_t sum = std::accumulate(history.begin(), history.end(), int64_t{0});
-  return static_cast<int32_t>((sum * 7 + static_cast<int64_t>(history.size())) % 10);
-}
-
-// Experts of `token` in MoE layer `layer` (4 experts, top-2).
-std::vector<int32_t> experts_of(int32_t token, int64_t layer) {
-  return {static_cast<int32_t>((token + layer) % 4), static_cast<int32_t>((token + layer + 1) % 4)};
-}
-
-class ToyCache : public KvCache {
- public:
-  ToyCache(int64_t n, int64_t max_length) : tokens(n), max_length(max_length) {}
-  int64_t num_sequences() const override { return static_cast<int64_t>(tokens.size()); }
-  int64_t length(int64_t seq) const override { return static_cast<int64_t>(tokens.at(seq).size()); }
-  std::vector<std::vector<int32_t>> tokens;
-  int64_t max_length;
-};
-
-class ToyModel : public CausalLM {
- public:
-  ToyModel() {
-    info_.model_type = "toy";
-    info_.vocab_size = kVocab;
-    info_.num_layers = 4;
-    info_.moe_layers = {1, 3};
-    info_.num_experts = 4;
-    info_.top_k = 2;
-    info_.eos_token_ids = {kEos, 10};
-  }
-  const ModelInfo& info() const override { return info_; }
-  std::unique_ptr<KvCache> new_cache(int64_t n, int64_t max_length) const override {
-    return std::make_unique<ToyCache>(n, max_length);
-  }
-  Tensor forward(std::span<const std::vector<int32_t>> new_tokens, KvCache& kv, bool last_only,
-                 const RoutingObserver& observer) override {
-    auto& cache = dynamic_cast<ToyCache&>(kv);
-    EXPECT_TRUE(last_only);
-    EXPECT_EQ(static_cast<int64_t>(new_tokens.size()), cache.num_sequences());
-    std::vector<float> logits;
-    int64_t rows = 0, batch_tokens = 0;
-    for (size_t s = 0; s < new_tokens.size(); ++s) {
-      if (new_tokens[s].empty()) continue;
-      for (int32_t t : new_tokens[s]) {
-        const int64_t pos = cache.length(s);
-        cache.tokens[s].push_back(t);
-        for (int64_t layer : info_.moe_layers)
-          if (observer) observer({.seq = static_cast<int64_t>(s), .pos = pos, .token = t, .layer = layer,
-                                  .experts = experts_of(t, layer), .weights = {0.75f, 0.25f}});
-      }
-      MOE_CHECK(cache.length(s) <= cache.max_length, "sequence {} outgrew the cache ({} > {})", s, cache.length(s),
-                cache.max_length);
-      batch_tokens += static_cast<int64_t>(new_tokens[s].size());
-      // Soft logits peaked at the next token, so that sampling has a real distribution to draw from.
-      const int32_t target = next_token(cache.tokens[s]);
-      for (int64_t v = 0; v < kVocab; ++v) logits.push_back(v == target ? 2.0f : -0.25f * static_cast<float>(v % 3));
-      ++rows;
-    }
-    forward_tokens.push_back(batch_tokens);
-    return Tensor::from_f32({rows, kVocab}, logits);
-  }
-
-  std::vector<int64_t> forward_tokens;  // tokens in each forward, in call order
-
- private:
-  ModelInfo info_;
-};
-
-// The continuation of one prompt, one token at a time, stopping at EOS (kept) or after max_new tokens.
-std::vector<int32_t> expected_continuation(std::vector<int32_t> history, int64_t max_new) {
-  std::vector<int32_t> out;
-  while (static_cast<int64_t>(out.size()) < max_new) {
-    out.push_back(next_token(history));
-    history.push_back(out.back());
-    if (out.back() == kEos) break;
-  }
-  return out;
-}
-
-// GenerationOptions with the fields the tests vary (assigned, not designated: GCC 12 warns about the
+// The loop's and the engine's options the tests vary (assigned, not designated: GCC 12 warns about the
 // std::function members a designated initialiser leaves out).
-GenerationOptions options(int64_t max_new, int64_t chunk = 4096, SamplingParams sampling = {}) {
-  GenerationOptions o;
-  o.max_new_tokens = max_new;
-  o.max_batched_tokens = chunk;
-  o.sampling = sampling;
+struct Options {
+  GenerationOptions generation;
+  int64_t max_num_batched_tokens = 4096;
+  model::RoutingObserver on_routing;
+};
+
+Options options(int64_t max_new, int64_t chunk = 4096, SamplingParams sampling = {}) {
+  Options o;
+  o.generation.max_new_tokens = max_new;
+  o.generation.sampling = sampling;
+  o.max_num_batched_tokens = chunk;
   return o;
+}
+
+// generate() on a fresh engine over `model`.
+GenerationResult generate(model::CausalLM& model, std::span<const std::vector<int32_t>> prompts, const Options& o) {
+  EngineOptions engine_options;
+  engine_options.max_num_batched_tokens = o.max_num_batched_tokens;
+  engine_options.on_routing = o.on_routing;
+  Engine engine(model, engine_options);
+  return engine::generate(engine, prompts, o.generation);
 }
 
 const std::vector<std::vector<int32_t>> kPrompts = {{1, 2, 3, 4, 5}, {7}, {3, 3, 0, 8, 2, 6, 1, 5, 4}, {2, 2}};
@@ -119,11 +55,11 @@ const std::vector<std::vector<int32_t>> kPrompts = {{1, 2, 3, 4, 5}, {7}, {3, 3,
 TEST(Generation, BatchedAndChunkedEqualsOneSequenceAtATime) {
   for (int64_t chunk : {1, 3, 4, 17, 4096}) {
     for (int64_t max_new : {0, 1, 6, 20}) {
-      SCOPED_TRACE("max_batched_tokens " + std::to_string(chunk) + ", max_new_tokens " + std::to_string(max_new));
+      SCOPED_TRACE("max_num_batched_tokens " + std::to_string(chunk) + ", max_new_tokens " + std::to_string(max_new));
       ToyModel model;
       std::vector<std::string> progress;
-      GenerationOptions o = options(max_new, chunk);
-      o.progress = [&](const std::string& line) { progress.push_back(line); };
+      Options o = options(max_new, chunk);
+      o.generation.progress = [&](const std::string& line) { progress.push_back(line); };
       const GenerationResult r = generate(model, kPrompts, o);
       ASSERT_EQ(r.generated.size(), kPrompts.size());
       int64_t prompt_total = 0;
@@ -153,8 +89,8 @@ TEST(Generation, BatchedAndChunkedEqualsOneSequenceAtATime) {
 TEST(Generation, ReportsEveryRoutedTokenOnceAndCountsTheLoad) {
   ToyModel model;
   std::map<std::tuple<int64_t, int64_t, int64_t>, int32_t> seen;  // (seq, pos, layer) -> token
-  GenerationOptions o = options(7, 5);
-  o.on_routing = [&](const RoutingEvent& e) {
+  Options o = options(7, 5);
+  o.on_routing = [&](const model::RoutingEvent& e) {
     EXPECT_TRUE(seen.emplace(std::tuple(e.seq, e.pos, e.layer), e.token).second)
         << "seq " << e.seq << " pos " << e.pos << " layer " << e.layer << " twice";
   };
@@ -202,7 +138,7 @@ TEST(Generation, SamplingIsSeededPerSequence) {
 
 TEST(Generation, BadInputIsAnError) {
   ToyModel model;
-  const auto message = [&](const std::vector<std::vector<int32_t>>& prompts, const GenerationOptions& options) {
+  const auto message = [&](const std::vector<std::vector<int32_t>>& prompts, const Options& options) {
     try {
       generate(model, prompts, options);
     } catch (const Error& e) {
@@ -215,11 +151,11 @@ TEST(Generation, BadInputIsAnError) {
   EXPECT_NE(message({{1, 11}}, options(4)).find("token id 11 is outside the vocabulary [0, 11)"), std::string::npos);
   EXPECT_NE(message({{-1}}, options(4)).find("token id -1"), std::string::npos);
   EXPECT_NE(message({{1}}, options(-1)).find("max_new_tokens must be >= 0"), std::string::npos);
-  EXPECT_NE(message({{1}}, options(4, 0)).find("max_batched_tokens"), std::string::npos);
+  EXPECT_NE(message({{1}}, options(4, 0)).find("max_num_batched_tokens"), std::string::npos);
   EXPECT_NE(message({{1}}, options(4, 8, {.temperature = 1.0, .top_p = 2.0})).find("top_p"), std::string::npos);
 }
 
-// ModelOptions::moe_block replaces every MoE block of a real checkpoint: here with the plain reference
+// model::ModelOptions::moe_block replaces every MoE block of a real checkpoint: here with the plain reference
 // MoeLayer, which must continue the fixture exactly as transformers did, each block built once per MoE layer.
 TEST(Generation, MoeBlockHookReplacesEveryMoeBlock) {
   const std::filesystem::path dir = std::filesystem::path(MOE_TEST_DATA) / "models" / "deepseek_v2";
@@ -227,16 +163,16 @@ TEST(Generation, MoeBlockHookReplacesEveryMoeBlock) {
   const nlohmann::json reference = nlohmann::json::parse(in);
   std::vector<int64_t> built;
   int64_t calls = 0;
-  ModelOptions model_options;
+  model::ModelOptions model_options;
   model_options.moe_block = [&](int64_t layer, const MoeConfig& config, MoeWeights weights) {
     built.push_back(layer);
     auto block = std::make_shared<MoeLayer>(config, std::move(weights), LayerOptions{.cpu_experts = CpuExperts::reference});
-    return ModelOptions::MoeBlockFn([block, &calls](const Tensor& x) {
+    return model::ModelOptions::MoeBlockFn([block, &calls](const Tensor& x) {
       ++calls;
       return block->forward(x);
     });
   };
-  const auto model = CausalLM::load(dir, model_options);
+  const auto model = model::CausalLM::load(dir, model_options);
   EXPECT_EQ(built, model->info().moe_layers);
   const nlohmann::json& c = reference.at("cases")[0];
   const std::vector<std::vector<int32_t>> prompt = {c.at("ids").get<std::vector<int32_t>>()};
@@ -247,4 +183,4 @@ TEST(Generation, MoeBlockHookReplacesEveryMoeBlock) {
 }
 
 }  // namespace
-}  // namespace moe::model
+}  // namespace moe::engine

@@ -1,0 +1,14 @@
+#include "moe/engine/request.h"
+
+namespace moe::engine {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::none: return "none";
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+  }
+  return "unknown";
+}
+
+}  // namespace moe::engine
