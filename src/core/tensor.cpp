@@ -37,7 +37,7 @@ std::vector<int64_t> contiguous_strides(std::span<const int64_t> shape) {
 // Host memory for `bytes`: 64-byte aligned, and from 4 MiB on 2 MiB-aligned and advised for transparent huge
 // pages, so that streaming a large tensor (expert weights) takes a TLB miss per 2 MiB instead of per 4 KiB
 // page. On a Zen 4 VM, two threads read a 1 GiB buffer at 33.6-34.5 GB/s on huge pages against 29.0-32.6 on
-// 4 KiB pages (bench/RESULTS.md, 12th session). The advice is only advice: where THP is off, the memory
+// 4 KiB pages (2026-11-30). The advice is only advice: where THP is off, the memory
 // stays in 4 KiB pages and works the same.
 void* allocate_host(size_t bytes) {
   constexpr size_t kAlign = 64, kHugePage = size_t{2} << 20;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "moe/core/env.h"
+#include "moe/core/knobs.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -16,13 +16,12 @@ thread_local bool tl_inside_pool = false;
 using Clock = std::chrono::steady_clock;
 
 int default_thread_count() {
-  if (const auto n = env_integer("MOE_NUM_THREADS", 1, 4096, "the number of CPU threads")) return static_cast<int>(*n);
+  if (const auto n = knobs().num_threads) return static_cast<int>(*n);
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
 std::chrono::microseconds default_spin() {
-  const auto us = env_integer("MOE_POOL_SPIN_US", 0, 1'000'000,
-                              "the microseconds an idle worker polls before sleeping (0: never polls)");
+  const auto us = knobs().pool_spin_us;
   return us ? std::chrono::microseconds(*us) : ThreadPool::kDefaultSpin;
 }
 

@@ -30,7 +30,7 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) uint64_t re
 
 // The same, fetching each line 16 KiB ahead into L2 as well, as the expert kernels fetch their weights: a
 // core then keeps more reads in flight than its prefetchers alone do, and this VM reads up to 10-15% faster
-// (2 threads, 1 GiB, best of three rounds: 26.8 against 23.5 GB/s; bench/RESULTS.md, 7th session). The
+// (2 threads, 1 GiB, best of three runs: 26.8 against 23.5 GB/s; Xeon VM, 2026-11-30). The
 // floor takes the faster.
 __attribute__((target_clones("avx512f", "arch=haswell", "default"))) uint64_t read_sum_prefetched(const uint64_t* p,
                                                                                                  int64_t n) {
@@ -57,7 +57,7 @@ constexpr int kChains = 24;
 // registers and two constant sources. NOTE: an asm loop: written with intrinsics (both kinds in one
 // function), GCC kept 6 accumulators in registers and the rest on the stack, and the int8 probe reported
 // about half the true rate (711 against 1,448 GOP/s), below what the expert kernels reached (952 GOP/s;
-// bench/RESULTS.md, 6th session).
+// Xeon VM, 2026-11-30).
 float peak_loop_avx512(bool int8) {
   static_assert(kChains == 24, "the asm below runs 24 chains");
   int lane0 = 0;  // the first accumulator's first lane: what the caller keeps so the work is not dropped
@@ -162,7 +162,7 @@ double measure_peak_flops(Isa isa, quant::WeightFormat format, int passes) {
   ThreadPool& pool = ThreadPool::global();
   const int n_threads = pool.size();
   const bool int8 = format == quant::WeightFormat::int8;
-  // NOTE: with AMX the floor keeps the vdpbf16ps / vpdpbusd peak (issue 3's definition of the floor); the
+  // NOTE: with AMX the floor keeps the vdpbf16ps / vpdpbusd peak (the CPU floor's definition); the
   // tiles' own peak is many times higher, so compute-bound points can run below that floor.
   const bool avx512 = isa == Isa::avx512 || isa == Isa::amx;
   const double per_thread =

@@ -4,13 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "fast_kernels.h"
 #include "moe/core/float_convert.h"
+#include "moe/core/knobs.h"
 #include "moe/core/thread_pool.h"
 
 namespace moe::cpu {
@@ -87,8 +88,8 @@ float quantize_row_u8(const float* v, int64_t n, int64_t n_pad, uint8_t* q) {
   // NOTE: Inf or NaN (an activation that overflowed float: huge weights) has no int8 value, and converting it
   // is undefined behaviour; the bf16 experts carry it through as the reference does.
   MOE_CHECK(std::isfinite(amax) && !nan,
-            "int8 experts: an activation row of {} values holds Inf or NaN (the weights overflow float); use "
-            "--cpu-weights bf16", n);
+            "int8 experts: an activation row of {} values holds Inf or NaN (the weights overflow float); use the "
+            "bf16 weight format", n);
   // NOTE: 127 / amax overflows for a row of subnormals (0 * inf would be a NaN): such a row quantises to zeros.
   const float inverse = amax > 0.0f && std::isfinite(127.0f / amax) ? 127.0f / amax : 0.0f;
   // NOTE: rounding half away from zero by truncation, which the compiler vectorises (std::nearbyint is a
@@ -107,21 +108,20 @@ float silu_mul_scalar(float g, float u) { return g * u / (1.0f + std::exp(-g)); 
 
 Isa detect_isa() {
   const bool avx512 = cpu_has_avx512_bf16();
-  if (const char* env = std::getenv("MOE_CPU_ISA"); env && *env) {
-    const std::string want = env;
-    if (want == "avx2") {
-      MOE_CHECK(cpu_has_avx2(), "MOE_CPU_ISA=avx2 but this CPU lacks AVX2/FMA");
-      return Isa::avx2;
+  if (const std::optional<Knobs::CpuIsa> want = Knobs::from_env().cpu_isa) {
+    switch (*want) {
+      case Knobs::CpuIsa::avx2:
+        MOE_CHECK(cpu_has_avx2(), "MOE_CPU_ISA=avx2 but this CPU lacks AVX2/FMA");
+        return Isa::avx2;
+      case Knobs::CpuIsa::amx:
+        MOE_CHECK(avx512 && amx_usable(),
+                  "MOE_CPU_ISA=amx but this CPU lacks AMX (BF16, INT8) or AVX-512 BF16/VNNI, or the OS does not "
+                  "grant this process the tile state (Linux 5.16+)");
+        return Isa::amx;
+      case Knobs::CpuIsa::avx512:
+        MOE_CHECK(avx512, "MOE_CPU_ISA=avx512 but this CPU lacks AVX-512 BF16/VNNI");
+        return Isa::avx512;
     }
-    if (want == "amx") {
-      MOE_CHECK(avx512 && amx_usable(),
-                "MOE_CPU_ISA=amx but this CPU lacks AMX (BF16, INT8) or AVX-512 BF16/VNNI, or the OS does not "
-                "grant this process the tile state (Linux 5.16+)");
-      return Isa::amx;
-    }
-    MOE_CHECK(want == "avx512", "MOE_CPU_ISA must be avx2, avx512 or amx, got '{}'", want);
-    MOE_CHECK(avx512, "MOE_CPU_ISA=avx512 but this CPU lacks AVX-512 BF16/VNNI");
-    return Isa::avx512;
   }
   if (avx512 && amx_usable()) return Isa::amx;
   if (avx512) return Isa::avx512;
@@ -130,12 +130,8 @@ Isa detect_isa() {
 }
 
 StreamPrefetch detect_stream_prefetch() {
-  if (const char* env = std::getenv("MOE_CPU_STREAM_PREFETCH"); env && *env) {
-    const std::string want = env;
-    MOE_CHECK(want == "software" || want == "hardware", "MOE_CPU_STREAM_PREFETCH must be software or hardware, got '{}'",
-              want);
-    return want == "software" ? StreamPrefetch::software : StreamPrefetch::hardware;
-  }
+  if (const std::optional<Knobs::StreamPrefetch> want = Knobs::from_env().cpu_stream_prefetch)
+    return *want == Knobs::StreamPrefetch::software ? StreamPrefetch::software : StreamPrefetch::hardware;
   __builtin_cpu_init();
   return __builtin_cpu_is("amd") ? StreamPrefetch::hardware : StreamPrefetch::software;
 }

@@ -93,7 +93,7 @@ template <bool kInt8, bool kSoftwarePrefetch>
   // With software prefetch, each weight tile's load is preceded by the prefetch of the same tile of the step
   // kAmxPrefetchBytes ahead (its 16 lines, 256 bytes apart), so that the requests go out spread over the step
   // and in the order the loads will want them.
-  // NOTE: measured on one core of the 22nd session's AMX Xeon VM (bench/RESULTS.md): a 1 GiB stream of blocks
+  // NOTE: measured on one core of an AMX Xeon VM (2026-12-01): a 1 GiB stream of blocks
   // ran 14.4-14.7 GB/s with the step's 64 lines prefetched at once, 16.6 with no prefetch and 18.5-19.0
   // spread as here (a read probe: 17.7-18.4); in the layer, Mixtral T=1 went from 1.27 to 1.00-1.03x its
   // floor.

@@ -28,13 +28,13 @@ namespace {
 constexpr int64_t kPrefetchBytes = 4096;
 // Panels of 2-6 tokens (int8: 2-4; its asm loop of 5-6 keeps 4 KiB) also prefetch 16 KiB ahead into L2: an
 // L1 prefetch holds a fill buffer until its line arrives, so 4 KiB ahead keeps few lines in flight, and the
-// L2 queue holds more. Measured (bench/RESULTS.md, 10th session), paired x floor, median of 5 rounds: Qwen3
+// L2 queue holds more. Measured on the Xeon VM (2026-11-30), paired x floor, median of 5 runs: Qwen3
 // T=8 1.15 -> 1.02, T=32 1.19 -> 1.06, T=128 1.46 -> 1.43; limited to 2-3 tokens it gained less (T=32 1.13).
 constexpr int64_t kFarPrefetchBytes = 16384;
 // A one-token panel runs a k-step in about 4 cycles, so 4 KiB is less than a DRAM latency ahead: 8 KiB.
-// Two cores streaming 512 KiB blocks: 22.9-25.0 GB/s against 15.4-19.7 at 4 KiB (bench/RESULTS.md, 7th
-// session, Xeon VM). On Zen 4 (hardware prefetch) one-token panels issue none either: without them the
-// stream ran faster in 24 of 24 alternated rounds, 40.3 against 38.4 GB/s (medians; 18th session).
+// Two cores streaming 512 KiB blocks: 22.9-25.0 GB/s against 15.4-19.7 at 4 KiB (Xeon VM, 2026-11-30). On
+// Zen 4 (hardware prefetch) one-token panels issue none either: without them the stream ran faster in 24 of
+// 24 alternated runs, 40.3 against 38.4 GB/s (medians; 2026-12-01).
 constexpr int64_t kDecodePrefetchBytes = 8192;
 
 // The k-loop of a panel of N = 5 or 6 tokens: acc[r][n] = Σ_p block[p][16r .. 16r + 16] · x[n][p], with
@@ -43,8 +43,8 @@ constexpr int64_t kDecodePrefetchBytes = 8192;
 // vectors in zmm24-27, a broadcast in zmm28), the sums stored token-major after the loop: with intrinsics
 // GCC kept moving the accumulators between registers and the stack (int8: 48 zmm moves and 19 stack
 // accesses a k-step at N = 6; bf16 the same), which compete with the dot products for the vector ports:
-// int8 ran 1.4-1.9x slower where compute-bound (bench/RESULTS.md, 6th session), bf16 at T = 128-512 reached
-// 36-40% of the vdpbf16ps peak on a Zen 4 VM (12th session). The assembler's .irp and a macro (moe_token,
+// int8 ran 1.4-1.9x slower where compute-bound (Xeon VM, 2026-11-30), bf16 at T = 128-512 reached
+// 36-40% of the vdpbf16ps peak on a Zen 4 VM (2026-11-30). The assembler's .irp and a macro (moe_token,
 // purged at the end so that every inlined copy may define it) write out the repetition.
 struct DotAsmArgs {
   const void* w;  // the block stream
@@ -150,7 +150,7 @@ template <int N, bool kBf16, bool kSoftwarePrefetch, class W>
       if constexpr (kSoftwarePrefetch) {
         // NOTE: weights come from DRAM once per forward (decode) or once per block (prefill, while the
         // panel computes): fetching them ahead overlaps the stream with the math (1.3-1.5x at T = 32-128 on
-        // the Xeon VM of sessions 3-11; on Zen 4 the hardware prefetcher does it better, for one token too).
+        // a Xeon VM, 2026-11-29 and 30; on Zen 4 the hardware prefetcher does it better, for one token too).
 #pragma GCC unroll 4
         for (int line = 0; line < 4; ++line)
           _mm_prefetch(stream + (N == 1 ? kDecodePrefetchBytes : kPrefetchBytes) + 64 * line, _MM_HINT_T0);
@@ -185,8 +185,8 @@ template <int N, bool kBf16, bool kSoftwarePrefetch, class W>
 // halves' math.
 // NOTE: at 7-12 tokens an expert the math and the weight stream take about equal time on 2 Zen 4 cores
 // (Mixtral T=32, Qwen3 T=128); the 6 + n split streamed the block during the 6-token pass only and read it
-// from cache for the second with DRAM idle (bench/RESULTS.md, 19th session). Measured (20th session): Mixtral
-// T=32 1.40 -> 1.31x its floor in the fast memory state, even in the slow one.
+// from cache for the second with DRAM idle (2026-12-01). Measured (2026-12-01): Mixtral T=32 1.40 -> 1.31x
+// its floor in the fast memory state, even in the slow one.
 constexpr int64_t kWideChunkSteps = 64;  // 16 KiB of the block stream
 struct WideHalfArgs {
   const void* w;         // the half's first line at the chunk's first k pair
@@ -365,7 +365,7 @@ template <int N, bool P> struct DownInt8 { static void run(const DownInt8Args& a
 
 // bf16 panels of 7-12 tokens take the wide kernels, the rest by_panel. The wide k-loop always prefetches: the
 // hardware prefetcher does not follow its half-row pattern (without, Mixtral T=32 ran 2.6x its floor on Zen 4;
-// bench/RESULTS.md, 20th session).
+// 2026-12-01).
 template <template <int> class Wide, template <int, bool> class K, bool P, class Args>
 void by_wide_panel(const Args& a) {
   switch (a.n) {

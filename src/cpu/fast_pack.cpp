@@ -48,7 +48,7 @@ PackedMatrix pack_matrix(int64_t n_blocks, int64_t k, int64_t k_pad, quant::Weig
   // NOTE: the compensation 128 * sum(q) of a row is an int32 with |q| <= 127, which bounds k.
   constexpr int64_t kMaxInt8K = std::numeric_limits<int32_t>::max() / (128 * 127);
   MOE_CHECK(k <= kMaxInt8K, "int8 weights support reduction lengths up to {} (the int32 row sums), got {}: use "
-            "--cpu-weights bf16", kMaxInt8K, k);
+            "the bf16 weight format", kMaxInt8K, k);
   m.data = Tensor::zeros(DType::I8, {n_elements});
   m.scale.assign(n_rows, 0.0f);
   m.comp.assign(n_rows, 0);

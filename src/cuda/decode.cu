@@ -19,7 +19,7 @@
 #include <string>
 
 #include "launch.h"
-#include "moe/core/env.h"
+#include "moe/core/knobs.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 #include "router_select.cuh"
@@ -398,7 +398,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
   stamp(p, 7);
   // While the other blocks finish phase 1: this block's first down rows into L2, so that the weight stream
   // does not pause. NOTE: after the arrival (its release fence): issued before it, the barrier took 2.9 us
-  // from the last arrival to the departure on Qwen3 T=1, now 1.7-2.0 (bench/RESULTS.md, 6th session).
+  // from the last arrival to the departure on Qwen3 T=1, now 1.7-2.0 (H200, 2026-11-30).
   const unsigned arrived = grid_barrier_arrive(p.barrier);
   const int2 columns = block_range(H);
   {
@@ -523,14 +523,10 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
 unsigned long long* g_trace = nullptr;  // decode_trace: the stamps of traced launches
 int g_trace_blocks = 0;
 
-// MOE_DECODE_PREFETCH, read once (decode_token_limit reads it at layer construction, so that a bad value is
-// an error there and not in the middle of a forward or a graph capture).
+// MOE_DECODE_PREFETCH, fixed at the first read of knobs() (decode_token_limit reads it at layer construction,
+// so that a bad value is an error there and not in the middle of a forward or a graph capture).
 int64_t decode_prefetch_bytes() {
-  static const int64_t bytes =
-      env_integer("MOE_DECODE_PREFETCH", 0, int64_t{1} << 30,
-                  "the bytes of down weights the fused decode kernel prefetches into L2 before its second barrier")
-          .value_or(192 << 10);
-  return bytes;
+  return knobs().decode_prefetch.value_or(192 << 10);
 }
 
 }  // namespace
@@ -538,13 +534,12 @@ int64_t decode_prefetch_bytes() {
 int64_t decode_token_limit(const routing::RouterConfig& c, int64_t hidden, int64_t gate_rows) {
   decode_prefetch_bytes();
   if (c.n_experts > kMaxExperts || c.top_k > kMaxTopK || c.n_group > 32 || hidden % 8 != 0) return 0;
-  // NOTE: 2 is measured on the H200 (bench/RESULTS.md, 2026-11-29 decode section): the fused path beats
+  // NOTE: 2 is measured on the H200 (2026-11-29): the fused path beats
   // the kernel chain at T <= 2 on all three bench shapes and loses from T = 4 (its CUDA-core dot products
   // against the chain's tensor cores once experts see several tokens). MOE_DECODE_MAX_TOKENS overrides it
   // (0 turns the fused path off) for measuring both paths on one machine.
-  int64_t limit = env_integer("MOE_DECODE_MAX_TOKENS", 0, kDecodeMaxTokens,
-                              "the largest batch the fused decode kernel takes (0: none)")
-                      .value_or(2);
+  static_assert(kDecodeMaxTokens == kDecodeMaxTokensMax, "MOE_DECODE_MAX_TOKENS's range (core/knobs.h)");
+  int64_t limit = Knobs::from_env().decode_max_tokens.value_or(2);
   const size_t router_floats = size_t(gate_rows + 2 * c.n_experts);
   while (limit > 0 && (size_t{2} * limit * hidden + 16 + std::max<size_t>(4 * limit * router_floats, 4 * kPartialFloats) +
                        (24u << 10)) > static_cast<size_t>(device_limits().smem_optin))

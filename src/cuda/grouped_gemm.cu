@@ -9,7 +9,7 @@
 
 #include "launch.h"
 #include "swiglu.cuh"
-#include "moe/core/env.h"
+#include "moe/core/knobs.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 
@@ -107,7 +107,7 @@ static __global__ void __launch_bounds__(C::THREADS)
   // its grid wait (which SETTLED_MAP relies on), so that down blocks take the SMs its last wave leaves and
   // stream their first weight stages while it finishes: 1.5-2.4 us a layer at Qwen3 T = 16..128, 4-6 us at
   // Mixtral T = 16, 32. The early launch alone, or the early weight stages alone, gained nothing
-  // (bench/RESULTS.md, 7th session, round 3). Waiting down blocks cannot starve this grid: every block of it
+  // (H200, 2026-11-30). Waiting down blocks cannot starve this grid: every block of it
   // has started once all have passed this point.
   if (early_dependent_launch) allow_dependent_launch();
   if (tile >= map(n_tiles)) return;
@@ -252,9 +252,9 @@ static __global__ void __launch_bounds__(C::THREADS)
 // BK = 128 doubles them and pays on long rows (DeepSeek-V3 T=1 up GEMM, K = 7168: 223 -> 205 us layer);
 // on short ones (Qwen3, K = 2048 and 768) its larger stages cost occupancy (40 -> 43 us), so BK = 64 stays
 // below K = 4096 and for inner sizes that are not multiples of 128 (at Qwen3 T = 16..128 too: k-steps of
-// 128 there, MOE_DECODE_WIDE_K=0, were 13-17 us slower, bench/RESULTS.md 7th session).
+// 128 there, MOE_DECODE_WIDE_K=0, were 13-17 us slower; H200, 2026-11-30).
 // 32 weight rows a block measured best at Qwen3 T = 16..128: 64 and 128 (6 and 4 stages) were 4-14 us slower
-// (bench/RESULTS.md, 15th session), unlike the 32-row tiles below.
+// (2026-11-30), unlike the 32-row tiles below.
 using Decode16 = TileConfig<16, 32, 128, 1, 2, 6>;
 using Decode16Narrow = TileConfig<16, 32, 64, 1, 2, 6>;
 // 9-16 rows per expert on average (experts of up to 32): still a weight stream, each expert's rows in one
@@ -262,25 +262,25 @@ using Decode16Narrow = TileConfig<16, 32, 64, 1, 2, 6>;
 // NOTE: k-steps of 64 in 6 stages; k-steps of 128 in 4 stages (3 blocks an SM) took Mixtral T=64 from 713 to
 // 822-842 us. 128 weight rows a block (4 warps side by side, 4 stages), not 32: each block reads its 32 token
 // rows from L2 once per 128 weight rows instead of once per 32, which at Mixtral's K = 4096 doubled the L2
-// traffic of the weight stream. Measured (bench/RESULTS.md, 15th session): Mixtral T=48 688 -> 674 us, T=64
+// traffic of the weight stream. Measured (H200, 2026-11-30): Mixtral T=48 688 -> 674 us, T=64
 // 696 -> 678, and T=128 forced into these tiles 1,021 -> 813; 64 rows (2 warps, 6 stages) was slower (751).
 using Decode32 = TileConfig<32, 128, 64, 1, 4, 4>;
 // 17-96 rows per expert, where the policy runs wgmma on Hopper: this tile is the kernel elsewhere (GPUs without
 // sm_90a, MOE_GROUPED_GEMM=mma) and where the tuned table picks it. NOTE: k-steps of 64 (was 32) in 4 stages,
-// 8 warps of 32x32: measured against the old k-steps of 32 (bench/RESULTS.md, 16th session) Mixtral T=128
+// 8 warps of 32x32: measured against the old k-steps of 32 (H200, 2026-12-01) Mixtral T=128
 // 1,194 -> 737 us, Qwen3 T=512 511 -> 356, OLMoE T=256 360 -> 246, DeepSeek-V3 T=1024 9,417 -> 6,269; 4 warps
 // of 64x32 and 3 stages were within 2% (4 warps in 3 stages led at 64 rows an expert, where wgmma leads
 // anyway), 256 weight rows a block (1 block an SM) 9-20% slower.
 using Mid64 = TileConfig<64, 128, 64, 2, 4, 4>;
 // MOE_TILE_ROWS=48 (not the policy): each expert's rows in one tile at up to ~45 rows, a third fewer masked rows
 // than 64-row tiles, many small blocks sharing the weight stream. NOTE: at 32 rows an expert with balanced
-// routing it beat wgmma (bench/RESULTS.md, 16th session: Mixtral T=128 755 -> 695 us, DeepSeek-V3 T=1024 5,736
+// routing it beat wgmma (H200, 2026-12-01: Mixtral T=128 755 -> 695 us, DeepSeek-V3 T=1024 5,736
 // -> 5,464, Qwen3 T=512 368 -> 351, OLMoE T=256 255 -> 244; 6 warps of 16x64 within 1%, 3 stages +-1-3% by
 // shape), but with skewed (Zipf) routing the hot experts' hundreds of rows ran as many mma.sync tiles:
 // DeepSeek-V3 T=1024 3,942 -> 5,284 us, Mixtral T=128 755 -> 843. The policy cannot see the skew (the counts
 // are on the device), so it keeps wgmma from 17 rows an expert.
 using Mid48 = TileConfig<48, 128, 64, 1, 4, 4>;
-// NOTE: measured on the H200 (bench/RESULTS.md, 2026-11-29): 4 warps of 64x64 beat 8 warps of 32x64
+// NOTE: measured on the H200 (2026-11-29): 4 warps of 64x64 beat 8 warps of 32x64
 // (Mixtral T=8192: 306 vs 273 TFLOP/s), BK=64 with 3 stages (264), and 128x256 tiles (295).
 using Prefill128 = TileConfig<128, 128, 32, 2, 2, 4>;
 
@@ -312,10 +312,7 @@ void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
 
 // The inner size from which 16-row tiles take k-steps of 128 (MOE_DECODE_WIDE_K overrides it, to measure).
 int64_t decode_wide_k() {
-  static const int64_t k = env_integer("MOE_DECODE_WIDE_K", 0, int64_t{1} << 30,
-                                       "the inner size from which 16-row GEMM tiles take k-steps of 128")
-                               .value_or(4096);
-  return k;
+  return knobs().decode_wide_k.value_or(4096);
 }
 
 template <bool SWIGLU>
@@ -333,23 +330,6 @@ void dispatch(const GroupedGemmArgs& g, int tile_rows, cudaStream_t stream) {
 }
 
 }  // namespace
-
-std::optional<int> forced_grouped_gemm_tile_rows() {
-  static const int64_t forced = env_integer("MOE_TILE_ROWS", 0, 128, "the grouped GEMMs' tile rows (16, 32, 48, "
-                                            "64 or 128; 0: by rows per expert)").value_or(0);
-  return forced != 0 ? std::optional<int>(static_cast<int>(forced)) : std::nullopt;
-}
-
-int grouped_gemm_tile_rows(double rows_per_expert) {
-  if (const std::optional<int> forced = forced_grouped_gemm_tile_rows()) return *forced;
-  // NOTE: from 8 rows per expert on, many experts get more than 16 (balanced routing is not even), and two
-  // 16-row tiles stream an expert's weights twice: Mixtral T=64 (16 rows per expert) 840 us in 16-row
-  // tiles, 721 in 32-row ones (bench/RESULTS.md, 7th session).
-  if (rows_per_expert <= 8) return 16;
-  if (rows_per_expert <= 16) return 32;
-  if (rows_per_expert <= 96) return 64;
-  return 128;
-}
 
 void grouped_gemm_swiglu(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream) {
   dispatch<true>(args, tile_rows, stream);

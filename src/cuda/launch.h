@@ -54,6 +54,14 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   launch_dependent_clusters(kernel, grid, block, shared_bytes, stream, 1u, std::forward<Args>(args)...);
 }
 
+// The current device's multiprocessors.
+inline int sm_count() {
+  int device = 0, sms = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 // Raises Kernel's dynamic shared-memory limit to `bytes` on the current device, the first time only: the
 // attribute belongs to the kernel on one device, and it is set once, not per launch, so that a launch inside
 // a graph capture does not depend on host-side state changing later. True on that first call (for other

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "launch.h"
-#include "moe/core/env.h"
+#include "moe/core/knobs.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
 
@@ -209,7 +209,7 @@ static __global__ void __launch_bounds__(WARPS * 32)
 // offset and its first tile; then it writes its own expert's part: counters, tiles, and its pairs in pair
 // order (a ballot per warp and chunk, and a scan of those counts over the block, rank each pair): a stable
 // counting sort.
-// NOTE: measured on the H200 (bench/RESULTS.md, 11th session): at Qwen3 T=1024 (8192 pairs) 9.2 us against
+// NOTE: measured on the H200 (2026-11-30): at Qwen3 T=1024 (8192 pairs) 9.2 us against
 // the one-block kernel's 17 (the layer 404 -> 396 us); at 128 and 1024 pairs the layer ran 10 and 3 us
 // slower than with the one-block kernel, hence kExpertBlocksFrom.
 constexpr int kExpertBlockThreads = 512, kExpertBlockWarps = kExpertBlockThreads / 32;
@@ -293,7 +293,7 @@ static __global__ void __launch_bounds__(kExpertBlockThreads)
 // Larger batches (more than kSmallMaxPairs pairs, or more than kSmallMaxExperts experts): the same stable
 // counting sort in two launches over chunks of kChunkPairs consecutive pairs, O(pairs) in all (a block per
 // expert would read every id once per expert).
-// NOTE: measured on the H200 (bench/RESULTS.md, 22nd session): at Qwen3 T=8192 (65,536 pairs) 5.0 + 8.9 us
+// NOTE: measured on the H200 (2026-12-01): at Qwen3 T=8192 (65,536 pairs) 5.0 + 8.9 us
 // under ncu, where the count, CUB radix sort (3 launches), layout, tile and scatter launches before it took 33;
 // the layer at Qwen3 T=4096 721-725 -> 704-709 us. Below kSmallMaxPairs the one-launch kernels stay: these
 // two were 14 us slower at Qwen3 T=1024 (8,192 pairs) and 4 us at T=2048.
@@ -432,10 +432,8 @@ static __global__ void dense_segment_kernel(int32_t* offsets, int32_t* counts, i
 // The pair count from which E <= 256 batches take the chunked launches (MOE_PERMUTE_CHUNKED_FROM lowers it,
 // to measure the one-launch kernels against them).
 int64_t chunked_from() {
-  static const int64_t pairs = env_integer("MOE_PERMUTE_CHUNKED_FROM", 1, kSmallMaxPairs + 1,
-                                           "the pair count from which the permute takes the chunked launches")
-                                   .value_or(kSmallMaxPairs + 1);
-  return pairs;
+  static_assert(kSmallMaxPairs + 1 == kPermuteChunkedFromMax, "MOE_PERMUTE_CHUNKED_FROM's range (core/knobs.h)");
+  return knobs().permute_chunked_from.value_or(kSmallMaxPairs + 1);
 }
 
 int grid_for(int64_t n) { return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 132 * 8))); }

@@ -5,7 +5,7 @@
 #include <cfloat>
 
 #include "launch.h"
-#include "moe/core/env.h"
+#include "moe/core/knobs.h"
 #include "router_select.cuh"
 #include "moe/cuda/check.h"
 #include "moe/cuda/ops.h"
@@ -28,7 +28,7 @@ static __global__ void router_topk_kernel(RouterParams p, float* __restrict__ lo
   float* const row = logits + t * stride;
   if (parts > 1) {
     // NOTE: kColumns columns a lane at once, so that all their loads are in flight together (a loop of one
-    // column per lane waits for each round's loads in turn: 9.7 us at Qwen3 T=1024, bench/RESULTS.md).
+    // column per lane waits for each round's loads in turn: 9.7 us at Qwen3 T=1024 on the H200).
     constexpr int kColumns = 8;
     const int64_t width = stride / parts;
     for (int64_t i0 = threadIdx.x % 32; i0 < width; i0 += 32 * kColumns) {
@@ -59,7 +59,7 @@ static __global__ void router_topk_kernel(RouterParams p, float* __restrict__ lo
 // finish (a counter per group, reset by that block, so graphs can replay) selects the group's top-k, a warp
 // a token.
 // NOTE: a block per token (the first version) read the gate T times from L2 and took 12 / 22 us at Qwen3
-// T = 16 / 64 (ncu, bench/RESULTS.md 7th session); up to T = 128 this kernel now also replaces RouterGemm
+// T = 16 / 64 (ncu on the H200, 2026-11-30); up to T = 128 this kernel now also replaces RouterGemm
 // for small gates (fused_router_takes).
 constexpr int kTokensPerBlock = 8, kFusedWarps = 8, kFusedThreads = kFusedWarps * 32;
 static_assert(kFusedWarps >= kTokensPerBlock, "one selecting warp per token of a group");
@@ -74,9 +74,9 @@ static __global__ void __launch_bounds__(kFusedThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // NOTE: the first row of blocks (dispatched first) only warms the selection's code. The selecting blocks
   // run it once per forward, after the previous forward's weight stream has evicted it from L2: stamped in
-  // the graph, its cold run took 6.4 us against 2.0 us warm (Qwen3 T = 16, bench/RESULTS.md, 14th session).
+  // the graph, its cold run took 6.4 us against 2.0 us warm (Qwen3 T = 16, H200, 2026-11-30).
   // One warp selects from zeros at kernel entry, so that the code is in L2 when the selecting blocks get there.
-  // Measured: -0.5 to -1.2 us at Qwen3 T = 16 and 64, neutral at 32 and 128 (15th session): L2 is warmed, not
+  // Measured: -0.5 to -1.2 us at Qwen3 T = 16 and 64, neutral at 32 and 128 (2026-11-30): L2 is warmed, not
   // the selecting SM's own instruction cache, which no other block can warm.
   if (blockIdx.y == 0) {
     if (blockIdx.x == 0 && warp == 0) {
@@ -195,10 +195,9 @@ void router_fused(const routing::RouterConfig& c, const bf16* x, int64_t hidden,
                        .routed_scaling_factor = c.routed_scaling_factor};
   // NOTE: large gates (Qwen3, DeepSeek-V3) take 2 rows a block (x read from L2 once per 2 rows, 4 warps a
   // row), small ones (Mixtral's 8 rows) one row a block over all 8 warps, so that more blocks share the
-  // work. Measured on Qwen3 T = 16..128 (bench/RESULTS.md, 7th session): 2 rows within 1 us of the best
+  // work. Measured on Qwen3 T = 16..128 (H200, 2026-11-30): 2 rows within 1 us of the best
   // of 1, 2, 4 and 8 at every T; 8 rows 7-11 us slower at T = 16 and 32.
-  static const int64_t forced_rows = env_integer("MOE_ROUTER_ROWS_PER_BLOCK", 0, 8, "gate rows per block of the "
-                                                 "fused router (1, 2, 4 or 8; 0: by size)").value_or(0);
+  const int64_t forced_rows = knobs().router_rows_per_block.value_or(0);
   const int rows_per_block = forced_rows > 0 ? static_cast<int>(forced_rows) : gate_rows >= 64 ? 2 : 1;
   MOE_CUDA_REQUIRE(kFusedWarps % rows_per_block == 0, "the fused router's rows per block must divide 8");
   // One more row of blocks, before the gate's, warms the selection's code (see the kernel).

@@ -50,7 +50,7 @@ void RouterGemm::run(const __nv_bfloat16* x, int64_t T, float* logit_parts, cuda
   MOE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.get(), workspace_.size()));
   // Column-major view: partsᵀ [terms x rows, T] = terms [h, terms x rows]ᵀ · xᵀ [h, T].
   // NOTE: one GEMM for all terms: three GEMMs accumulating into the logits read x three times (Qwen3 T=8192:
-  // 3 x 12.6 us, bench/RESULTS.md 9th session).
+  // 3 x 12.6 us on the H200, 2026-11-30).
   const float one = 1.0f, zero = 0.0f;
   const int m = static_cast<int>(n_terms_ * rows_);
   MOE_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, static_cast<int>(T), static_cast<int>(h_), &one,

@@ -154,7 +154,7 @@ __device__ __forceinline__ void write_choice(const RouterParams& p, int id, floa
 // first, and each of the k rounds takes the best head over the warp (one reduction; a second only on a
 // tie) and pops it from its lane. NOTE: the rounds are a chain of dependent steps; scanning shared memory
 // for the best in every round (select_topk_scan) made them ~500 cycles each, 2.1 of the 3.5 us that
-// Qwen3's selection took in the fused decode kernel (bench/RESULTS.md, 6th session).
+// Qwen3's selection took in the fused decode kernel (H200, 2026-11-30).
 template <int C>
 __device__ void select_topk_in_registers(const RouterParams& p, const float* l,
                                          const float* __restrict__ bias, float* choice,
@@ -304,7 +304,7 @@ __device__ void select_topk_scan(const RouterParams& p, const float* l, const fl
 // scratch of E floats each. Lane r < k writes the r-th choice.
 // NOTE: not inlined (the parameters by value, so that they travel in registers): one copy of the five
 // paths per translation unit instead of one in every instance of the fused decode kernel, whose weight
-// stream stays as compiled before (measured as fast as inlined, bench/RESULTS.md, 6th session).
+// stream stays as compiled before (measured as fast as inlined on the H200, 2026-11-30).
 __device__ __noinline__ void select_topk(const RouterParams p, const float* l, const float* __restrict__ bias,
                                          float* choice, float* score, int32_t* __restrict__ ids,
                                          float* __restrict__ weights) {

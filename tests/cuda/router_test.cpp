@@ -249,8 +249,8 @@ TEST(CudaRouter, RouterGemmKeepsFp32Accuracy) {
 }
 
 // The layer's router past the fused kernel: RouterGemm's parts, then router_topk summing them on the device,
-// with no host copy between (the sequence compute-sanitizer's initcheck flagged inside the layer test, 5th
-// session). The choices must be the CPU router's on the same summed logits. The parts live in the layer's
+// with no host copy between (the sequence compute-sanitizer's initcheck flagged inside the layer test,
+// 2026-11-29). The choices must be the CPU router's on the same summed logits. The parts live in the layer's
 // buffer (router_logits_buffer: with a plain allocation instead, initcheck reports every read here too).
 TEST(CudaRouter, RouterGemmThenTopKMatchesTheCpuRouter) {
   MOE_SKIP_WITHOUT_GPU();

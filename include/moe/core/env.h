@@ -1,7 +1,7 @@
 #pragma once
-// Settings read from the environment (thread counts, kernel policy overrides), parsed strictly: a value
-// that is not one the setting takes is an error naming the variable, what it takes and what it sets, never
-// a silent default.
+// The strict readers of one environment variable that Knobs::from_env() (core/knobs.h) is built from: a
+// value that is not one the setting takes is an error naming the variable, what it takes and what it sets,
+// never a silent default. The engine reads its MOE_* settings through Knobs, not through these.
 
 #include <cstdint>
 #include <optional>

@@ -31,10 +31,10 @@ enum class Isa : uint8_t {
 // The best ISA this CPU runs, unless MOE_CPU_ISA (avx2 | avx512 | amx) asks for another; asking for one the
 // CPU lacks is an error.
 Isa detect_isa();
-// How the AVX-512 and AMX kernels keep a weight block streaming: software prefetches ahead of their loads (what the
-// Xeon VM of sessions 3-11 needed), or none, leaving it to the hardware prefetcher, which on AMD Zen 4
-// streams faster than with them: 7-12% under panels of several tokens (bench/RESULTS.md, 13th session), 3-7%
-// at one token (18th session). The AVX2 kernels ignore it.
+// How the AVX-512 and AMX kernels keep a weight block streaming: software prefetches ahead of their loads (what a
+// Xeon VM needed), or none, leaving it to the hardware prefetcher, which on AMD Zen 4 streams faster than
+// with them: 7-12% under panels of several tokens (2026-11-30), 3-7% at one token (2026-12-01). The AVX2
+// kernels ignore it.
 enum class StreamPrefetch : uint8_t { software, hardware };
 // hardware on AMD CPUs, software on others, unless MOE_CPU_STREAM_PREFETCH (software | hardware) asks.
 StreamPrefetch detect_stream_prefetch();

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "moe/cuda/grouped_gemm_plan.h"  // GroupedGemmKernel, WgmmaSchedule, the policy
 #include "moe/routing/router.h"
 
 namespace moe::cuda {
@@ -129,7 +130,7 @@ struct GroupedGemmArgs {
   // after its own grid wait instead of after its main loop, so that its blocks take the SMs this one's last
   // wave leaves and stream their first weight stages meanwhile.
   bool early_dependent_launch = false;
-  // The wgmma kernel's staged epilogue as tuned for this GEMM (tuned_tiles.h); unset: the policy's
+  // The wgmma kernel's staged epilogue as tuned for this GEMM (grouped_gemm_plan.h); unset: the policy's
   // (wgmma_schedule_for). The environment's override still wins.
   std::optional<bool> staged_epilogue = std::nullopt;
 };
@@ -138,62 +139,23 @@ struct GroupedGemmArgs {
 void grouped_gemm_swiglu(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream);
 // c[r, :] = a_r · bᵀ, b = [E, n, k].
 void grouped_gemm(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream);
-// The tile height for a batch of rows_per_expert rows per expert on average: 16, 32 (weight streams),
-// 64, 128 (prefill). MOE_TILE_ROWS forces one (48 as well), to measure.
-int grouped_gemm_tile_rows(double rows_per_expert);
-// MOE_TILE_ROWS's tile height where it forces one (not unset, empty or 0).
-std::optional<int> forced_grouped_gemm_tile_rows();
 
-// ---- grouped_gemm_wgmma.cu -------------------------------------------------------------------------
+// ---- sm90_grouped_gemm.cu (the schedule: grouped_gemm_plan.h) -------------------------------------
 // Hopper (sm_90a) prefill grouped GEMMs: a persistent kernel, TMA loads, wgmma, a warp-specialised
 // producer/consumer pipeline over (row tile, column tile) work units; tiles of 128 rows from a tile map
 // built with tile_rows = 128; a must be contiguous rows (gather == null; see gather_rows), n_experts and
 // a_rows set; k and the row strides multiples of 8. Same results as grouped_gemm_swiglu / grouped_gemm.
 bool wgmma_grouped_gemm_available();  // built for sm_90a and the current GPU is compute capability 9.0
-// How the wgmma kernel orders and sizes its work units; every choice computes the same result.
-struct WgmmaSchedule {
-  // A tile with at most 64 valid rows runs on one consumer warpgroup.
-  bool half_tiles = false;
-  // Row tiles that walk the column tiles together.
-  int raster_rows = 8;
-  // L2 eviction priorities of the TMA loads: A (the gathered activations, re-read by every column tile of
-  // their row tile) and B (the weights, read by the row tiles of their expert at about the same time).
-  enum class L2Hint { normal, evict_last, evict_first };
-  L2Hint a_hint = L2Hint::normal;
-  L2Hint b_hint = L2Hint::normal;
-  // Blocks claim work units in order from a counter as they finish one (true), or walk a fixed stride of
-  // the unit list (false).
-  bool claimed_units = false;
-  // Clusters of 2 blocks on pairs of row tiles, which load a weight tile shared by both once (multicast).
-  bool pairs = false;
-  // Clusters of 2 blocks on pairs of column tiles of one row tile, which load its A tile once (each block 64
-  // of its rows, multicast); not with pairs.
-  bool column_pairs = false;
-  // The consumers leave a unit's output in shared memory for three store warps and go on to the next
-  // unit's k-loop (a pipeline of 3 stages instead of 4).
-  bool staged_epilogue = false;
-};
 // The ints of GroupedGemmArgs::scheduler.
 int64_t wgmma_scheduler_ints();
-// The tall_rows of the wgmma kernel's tile maps: a segment's last 128-row tile takes up to this many more
-// rows (32), so that a segment of 256 + 5 rows runs as two tiles, not three; MOE_WGMMA_TALL=off gives 0.
-int wgmma_tall_rows();
-// Whether the wgmma kernel's tile map for `rows` rows over `n_experts` segments takes even tiles (TileMap):
-// where its schedule pairs row tiles, so that every pair shares its weight tile.
-bool wgmma_even_tiles(int64_t rows, int64_t n_experts);
-// The measured policy for `rows` rows over `n_experts` segments, for the gate/up GEMM or the down GEMM of
-// reduction length k (half tiles only where nearly every tile is one; the staged epilogue at short k, and
-// at long k over experts of at most 64 rows); MOE_WGMMA_HALF_TILES=on|off, MOE_WGMMA_RASTER_ROWS=N
-// or <gate/up N>,<down N>, MOE_WGMMA_L2=<A hint>,<B hint> (each normal, last or first),
-// MOE_WGMMA_CLAIM=on|off, MOE_WGMMA_PAIRS=on|off and MOE_WGMMA_STAGED_EPILOGUE=on|off or <gate/up>,<down>
-// in the environment override it. tuned_staged_epilogue (a tuned table's choice) replaces the policy's
-// staged epilogue, below the environment's override.
-WgmmaSchedule wgmma_schedule_for(int64_t rows, int64_t n_experts, bool gate_up, int64_t k,
-                                 std::optional<bool> tuned_staged_epilogue = std::nullopt);
+// With the schedule that wgmma_schedule_for(args.a_rows, args.n_experts, gate_up, args.k,
+// args.staged_epilogue) picks, or the one given.
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm_swiglu(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaSchedule schedule);
 void wgmma_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream, WgmmaSchedule schedule);
+
+// ---- gather_rows.cu --------------------------------------------------------------------------------
 // out[r, :] = x[row_token[r], :] for r < n_rows (zeros where row_token[r] < 0); cols a multiple of 8.
 void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_t cols, bf16* out,
                  cudaStream_t stream);
@@ -201,14 +163,6 @@ void gather_rows(const bf16* x, const int32_t* row_token, int64_t n_rows, int64_
 // (rows of no pair are left as they are); x comes from DRAM about once where it does not fit in L2.
 void gather_pair_rows(const bf16* x, const int32_t* pair_rows, int64_t n_tokens, int top_k, int64_t cols,
                       bf16* out, cudaStream_t stream);
-
-// Which kernel the layer runs for a batch whose mma.sync tile height would be tile_rows: wgmma where it is
-// available and tile_rows >= 64 (prefill), else mma.sync, at any expert count. MOE_GROUPED_GEMM=mma in the
-// environment forces mma.sync (MOE_GROUPED_GEMM=wgmma keeps the policy), for measuring both on one machine.
-enum class GroupedGemmKernel { mma, wgmma };
-GroupedGemmKernel grouped_gemm_kernel_for(int tile_rows);
-// MOE_GROUPED_GEMM's kernel where it is set (mma or wgmma; checked), else nullopt.
-std::optional<GroupedGemmKernel> forced_grouped_gemm_kernel();
 
 // ---- unpermute.cu ----------------------------------------------------------------------------------
 // out[t] = sum_j pair_weights[t, j] * rows[pair_rows[t, j]] (+ shared_scale[t] * shared[t] when shared is

@@ -23,8 +23,7 @@ inline constexpr int64_t kFusedRouterMaxTokens = 64;
 // Whether a layer routes T tokens through router_fused: up to kFusedRouterMaxTokens always, and up to 128
 // while T * gate_rows * hidden stays within 2^22 multiply-adds (Mixtral; not Qwen3-30B-A3B or DeepSeek-V3).
 // NOTE: the fused kernel's CUDA-core dot products and its L2 reads of x and the gate grow with
-// T * gate_rows * hidden. With RouterGemm down to one cuBLAS GEMM (9th session), the layer measured
-// (bench/RESULTS.md, 11th session): Qwen3 T=128 315.4 us fused against 310.8 through RouterGemm, T=64 even;
+// T * gate_rows * hidden. With RouterGemm as one cuBLAS GEMM, the layer measured (H200, 2026-11-30): Qwen3 T=128 315.4 us fused against 310.8 through RouterGemm, T=64 even;
 // Mixtral T=128 749.6 fused against 752.0, T=16 and 32 5 us faster fused. Monotone in T: a layer whose
 // largest batch is fused needs no RouterGemm.
 inline bool fused_router_takes(int64_t n_tokens, int64_t gate_rows, int64_t hidden) {
@@ -60,8 +59,7 @@ class RouterGemm {
 // (or the fused router's logits), zeroed once.
 // NOTE: the zeroing is for compute-sanitizer's initcheck, which does not see the writes of cuBLAS's GEMM
 // kernel: without it, router_topk's every read of the parts is reported as uninitialized (RouterGemm then
-// router_topk, each result right; CudaRouter.RouterGemmThenTopKMatchesTheCpuRouter, bench/RESULTS.md 18th
-// session). Zeroed, initcheck can find real uninitialized reads in the layer's own kernels.
+// router_topk, each result right; CudaRouter.RouterGemmThenTopKMatchesTheCpuRouter, 2026-12-01). Zeroed, initcheck can find real uninitialized reads in the layer's own kernels.
 DeviceBuffer<float> router_logits_buffer(int64_t max_tokens, int64_t rows, const RouterGemm& gemm);
 
 }  // namespace moe::cuda
