@@ -8,6 +8,7 @@
 
 #include "attention.h"
 #include "dense_ops.h"
+#include "family.h"
 #include "forward_timer.h"
 #include "kv_cache.h"
 #include "moe_block.h"
@@ -47,6 +48,7 @@ class Model final : public CausalLM {
   Model(const std::filesystem::path& dir, const ModelOptions& options)
       : config_(load_model_config(dir)),
         checkpoint_(open_weights(dir)),
+        family_(find_family(config_.model_type)),
         reader_(checkpoint_, config_.model_type),
         rope_(config_.rope),
         times_(options.times) {
@@ -165,10 +167,7 @@ class Model final : public CausalLM {
     layer.attention = c.attention == AttentionKind::mla ? make_mla_attention(c, reader_, i, rope_, times_)
                                                         : make_gqa_attention(c, reader_, i, rope_, times_);
     if (is_moe_layer(c.moe, i)) {
-      // Mixtral checkpoints name the block block_sparse_moe; transformers 5 in memory (and some
-      // re-saved checkpoints) call it mlp.
-      const bool mixtral_name = c.model_type == "mixtral" && reader_.contains(p + "block_sparse_moe.gate.weight");
-      const std::string prefix = p + (mixtral_name ? "block_sparse_moe." : "mlp.");
+      const std::string prefix = family_.moe_block_prefix(checkpoint_, p);
       MoeWeights weights = load_moe_weights(checkpoint_, prefix, c.moe);
       if (options.moe_block)
         layer.moe = make_function_moe_block(options.moe_block(i, c.moe, std::move(weights)));
@@ -205,6 +204,7 @@ class Model final : public CausalLM {
 
   ModelConfig config_;
   Checkpoint checkpoint_;
+  const Family& family_;
   WeightReader reader_;
   Rope rope_;
   ForwardTimes* times_;  // may be null
