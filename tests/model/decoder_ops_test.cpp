@@ -1,17 +1,21 @@
 // The decoder runs through DecoderOps only: a wrapper that counts each op and forwards to the CPU's ops sees
-// every op the fixture families use (GQA with per-head and whole q/k norms and qkv biases; MLA with a dense
-// layer), and the logits are the bits of the plain model. (The fixtures leave clip_qkv off; its op is
-// checked through the model by ModelDirectory.ClipQkvClampsTheProjections.)
+// every op the families use (GQA with per-head and whole q/k norms, qkv biases and clip_qkv; MLA with a
+// dense layer), and the logits are the bits of the plain model.
 #include "decoder_ops.h"
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
 
 #include "model_fixture.h"
+#include "temp_dir.h"
 
 namespace moe::test {
 namespace {
@@ -76,12 +80,26 @@ class CountingOps final : public DecoderOps {
   std::unique_ptr<DecoderOps> cpu_;
 };
 
+// The olmoe fixture with clip_qkv set above every value (the fixture leaves it off), in dir/model.
+std::filesystem::path olmoe_with_clip(const TempDir& dir) {
+  const std::filesystem::path to = dir / "model";
+  std::filesystem::copy(fixture_dir("olmoe"), to, std::filesystem::copy_options::recursive);
+  nlohmann::json config;
+  {
+    std::ifstream in(to / "config.json");
+    config = nlohmann::json::parse(in);
+  }
+  config["clip_qkv"] = 1e9;
+  std::ofstream(to / "config.json") << config.dump(1);
+  return to;
+}
+
 TEST(DecoderOps, EveryOpRunsThroughTheInterfaceWithTheSameBits) {
   const std::map<std::string, std::set<std::string>> expected = {
       {"qwen3_moe", {"embedding", "add_rms_norm", "rms_norm_groups", "linear", "rope", "append_kv", "attention",
                      "gather_rows", "lm_head"}},
-      {"olmoe", {"embedding", "add_rms_norm", "rms_norm", "linear", "rope", "append_kv", "attention", "gather_rows",
-                 "lm_head"}},
+      {"olmoe", {"embedding", "add_rms_norm", "rms_norm", "linear", "clamp", "rope", "append_kv", "attention",
+                 "gather_rows", "lm_head"}},
       {"qwen2_moe", {"embedding", "add_rms_norm", "linear", "linear_bias", "rope", "append_kv", "attention",
                      "gather_rows", "lm_head"}},
       {"deepseek_v3", {"embedding", "add_rms_norm", "rms_norm", "rms_norm_prefix", "linear", "rope", "append_kv",
@@ -91,10 +109,12 @@ TEST(DecoderOps, EveryOpRunsThroughTheInterfaceWithTheSameBits) {
   for (const auto& [family, ops] : expected) {
     SCOPED_TRACE(family);
     const Fixture fixture = load_fixture(family);
+    const TempDir dir;
+    const std::filesystem::path model_dir = family == "olmoe" ? olmoe_with_clip(dir) : fixture.dir;
     std::map<std::string, int> counts;
     model::ModelOptions options;
-    auto counted = model::load_causal_lm(fixture.dir, options, std::make_unique<CountingOps>(counts));
-    auto plain = model::CausalLM::load(fixture.dir);
+    auto counted = model::load_causal_lm(model_dir, options, std::make_unique<CountingOps>(counts));
+    auto plain = model::CausalLM::load(model_dir);
     const std::vector<std::vector<int32_t>> prompt = {fixture.cases.at(0).ids};
     auto cache_counted = counted->new_cache(1, 64), cache_plain = plain->new_cache(1, 64);
     const Tensor a = counted->forward(prompt, *cache_counted, true);
