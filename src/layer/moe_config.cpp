@@ -3,14 +3,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <fstream>
-#include <limits>
 #include <optional>
 
 #include <fmt/ranges.h>
 
 #include "moe/core/check.h"
+#include "moe/core/json_config.h"
 #include "moe/core/tensor.h"
 
 namespace moe {
@@ -19,193 +18,164 @@ namespace {
 
 using nlohmann::json;
 using routing::RoutingMethod;
-
-// Typed reads of config.json keys: a missing key (or an explicit null) gives the default; a key of the
-// wrong type is an error naming it.
-std::optional<const json*> find_key(const json& c, const char* key) {
-  const auto it = c.find(key);
-  if (it == c.end() || it->is_null()) return std::nullopt;
-  return &*it;
-}
-
-int64_t int_key(const json& c, const char* key, std::optional<int64_t> fallback) {
-  const auto value = find_key(c, key);
-  if (!value) {
-    MOE_CHECK(fallback.has_value(), "config.json lacks '{}', which this model_type needs", key);
-    return *fallback;
-  }
-  const json& v = **value;
-  // NOTE: a float such as 8.0 is accepted (some exporters write them), within +-2^53 where doubles are exact;
-  // casting a larger one (1e300) to an integer would be undefined behaviour.
-  const bool integral_float = v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
-                              std::fabs(v.get<double>()) <= 9007199254740992.0;
-  MOE_CHECK(v.is_number_integer() || integral_float, "config.json key '{}' must be an integer, got {}", key, v.dump());
-  MOE_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
-            "config.json key '{}' = {} is out of range", key, v.dump());
-  return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
-}
-
-// The first of several spellings that is present (transformers' attribute_map aliases).
-int64_t int_key_any(const json& c, std::initializer_list<const char*> keys, std::optional<int64_t> fallback) {
-  for (const char* key : keys)
-    if (find_key(c, key)) return int_key(c, key, std::nullopt);
-  return int_key(c, *keys.begin(), fallback);
-}
-
-// A size of the model (hidden_size, an intermediate size): sizes from a file are bounded before anything is
-// allocated or multiplied with them. 2^24 is far above any model today (DeepSeek-V3: hidden 7168), and a
-// product of two bounded sizes cannot overflow int64.
-constexpr int64_t kMaxModelSize = int64_t{1} << 24;
-
-int64_t size_key(const json& c, std::initializer_list<const char*> keys, std::optional<int64_t> fallback) {
-  const int64_t v = int_key_any(c, keys, fallback);
-  MOE_CHECK(v <= kMaxModelSize, "config.json key '{}' = {} is out of range (at most {})", *keys.begin(), v,
-            kMaxModelSize);
-  return v;
-}
-
-double float_key(const json& c, const char* key, double fallback) {
-  const auto value = find_key(c, key);
-  if (!value) return fallback;
-  MOE_CHECK((*value)->is_number(), "config.json key '{}' must be a number, got {}", key, (*value)->dump());
-  return (*value)->get<double>();
-}
-
-// A float32 setting: a double beyond float's range (converting it would be undefined behaviour) is an error.
-float float32_key(const json& c, const char* key, double fallback) {
-  const double v = float_key(c, key, fallback);
-  MOE_CHECK(std::fabs(v) <= std::numeric_limits<float>::max(), "config.json key '{}' = {} is out of float range",
-            key, v);
-  return static_cast<float>(v);
-}
-
-bool bool_key(const json& c, const char* key, bool fallback) {
-  const auto value = find_key(c, key);
-  if (!value) return fallback;
-  MOE_CHECK((*value)->is_boolean(), "config.json key '{}' must be true or false, got {}", key, (*value)->dump());
-  return (*value)->get<bool>();
-}
-
-std::string string_key(const json& c, const char* key, const std::string& fallback) {
-  const auto value = find_key(c, key);
-  if (!value) return fallback;
-  MOE_CHECK((*value)->is_string(), "config.json key '{}' must be a string, got {}", key, (*value)->dump());
-  return (*value)->get<std::string>();
-}
+using namespace json_config;
 
 int to_int(int64_t v, const char* key) {
   MOE_CHECK(v >= 0 && v <= (1 << 24), "config.json key '{}' = {} is out of range", key, v);
   return static_cast<int>(v);
 }
 
-void parse_mixtral(const json& c, MoeConfig& m) {
-  m.hidden_size = size_key(c, {"hidden_size"}, 4096);
-  m.expert_intermediate_size = size_key(c, {"intermediate_size"}, 14336);
-  m.router.n_experts = to_int(int_key_any(c, {"num_local_experts", "num_experts"}, 8), "num_local_experts");
-  m.router.top_k = to_int(int_key(c, "num_experts_per_tok", 2), "num_experts_per_tok");
-  m.router.norm_topk_prob = true;  // Mixtral always renormalises; it has no norm_topk_prob key
-  m.naming = ExpertNaming::w1_w3_w2;
+// How a family chooses and weights its experts.
+enum class RouterRule : uint8_t {
+  softmax_topk,  // softmax over all experts, top-k
+  topk_method,   // DeepSeek-V2: topk_method 'greedy' (softmax_topk) or 'group_limited_greedy'
+  noaux_tc,      // DeepSeek-V3: sigmoid + correction bias, grouped top-k
+};
+
+// norm_topk_prob: read from config.json with a default, or fixed by the family (no key, or one ignored).
+struct NormTopkRule {
+  bool read_key;
+  bool value;  // the default, or the fixed value
+};
+
+// One family's MoE keys in config.json, as transformers' configuration_<family>.py defines them. The expert
+// count may have two spellings (attribute_map aliases), read under either; errors name the first.
+struct MoeRules {
+  const char* model_type;
+  int64_t hidden_size;           // defaults of transformers' config class
+  const char* intermediate_key;  // the experts' intermediate size
+  int64_t intermediate_size;
+  const char* expert_count_key;
+  const char* expert_count_alias = nullptr;
+  int64_t n_experts;
+  std::optional<int64_t> top_k;  // nullopt: config.json must set num_experts_per_tok
+  RouterRule router = RouterRule::softmax_topk;
+  NormTopkRule norm_topk_prob = {.read_key = true, .value = false};
+  std::optional<double> routed_scaling_factor = std::nullopt;  // read (with this default) where the family has it
+  int64_t n_group = 0, topk_group = 0;                         // noaux_tc's defaults
+  SharedExpertKind shared = SharedExpertKind::none;
+  int64_t shared_default = 0;  // sigmoid_gated: shared_expert_intermediate_size; plain: n_shared_experts
+  ExpertNaming naming = ExpertNaming::gate_up_down;
+  MoeLayerPattern layers = MoeLayerPattern::all;
+  int64_t first_k_dense_replace = 0;  // its default (after_first_k_dense)
+};
+
+const MoeRules kRules[] = {
+    {.model_type = "mixtral", .hidden_size = 4096, .intermediate_key = "intermediate_size",
+     .intermediate_size = 14336, .expert_count_key = "num_local_experts", .expert_count_alias = "num_experts",
+     .n_experts = 8, .top_k = 2,
+     .norm_topk_prob = {.read_key = false, .value = true},  // Mixtral always renormalises; it has no such key
+     .naming = ExpertNaming::w1_w3_w2},
+    {.model_type = "qwen2_moe", .hidden_size = 2048, .intermediate_key = "moe_intermediate_size",
+     .intermediate_size = 1408, .expert_count_key = "num_experts", .n_experts = 60, .top_k = 4,
+     .shared = SharedExpertKind::sigmoid_gated, .shared_default = 5632, .layers = MoeLayerPattern::sparse_step},
+    {.model_type = "qwen3_moe", .hidden_size = 2048, .intermediate_key = "moe_intermediate_size",
+     .intermediate_size = 768, .expert_count_key = "num_experts", .expert_count_alias = "num_local_experts",
+     .n_experts = 128, .top_k = 8, .layers = MoeLayerPattern::sparse_step},
+    {.model_type = "olmoe", .hidden_size = 2048, .intermediate_key = "intermediate_size", .intermediate_size = 2048,
+     .expert_count_key = "num_experts", .expert_count_alias = "num_local_experts", .n_experts = 64, .top_k = 8},
+    // NOTE: transformers' DeepSeek-V2 router ignores norm_topk_prob (weights = p · routed_scaling_factor);
+    // DeepSeek's own code normalises instead. Released V2 checkpoints set it false, where both agree.
+    {.model_type = "deepseek_v2", .hidden_size = 4096, .intermediate_key = "moe_intermediate_size",
+     .intermediate_size = 1407, .expert_count_key = "n_routed_experts", .expert_count_alias = "num_experts",
+     .n_experts = 64, .top_k = std::nullopt, .router = RouterRule::topk_method,
+     .norm_topk_prob = {.read_key = false, .value = false}, .routed_scaling_factor = 1.0,
+     .shared = SharedExpertKind::plain, .shared_default = 2, .layers = MoeLayerPattern::after_first_k_dense},
+    // transformers ignores topk_method and scoring_func for V3.
+    {.model_type = "deepseek_v3", .hidden_size = 7168, .intermediate_key = "moe_intermediate_size",
+     .intermediate_size = 2048, .expert_count_key = "n_routed_experts", .expert_count_alias = "num_local_experts",
+     .n_experts = 256, .top_k = 8, .router = RouterRule::noaux_tc, .norm_topk_prob = {.read_key = true, .value = true},
+     .routed_scaling_factor = 2.5, .n_group = 8, .topk_group = 4, .shared = SharedExpertKind::plain,
+     .shared_default = 1, .layers = MoeLayerPattern::after_first_k_dense, .first_k_dense_replace = 3},
+};
+
+const MoeRules* find_rules(const std::string& model_type) {
+  for (const MoeRules& r : kRules)
+    if (model_type == r.model_type) return &r;
+  return nullptr;
 }
 
-void parse_qwen2_moe(const json& c, MoeConfig& m) {
-  m.hidden_size = size_key(c, {"hidden_size"}, 2048);
-  m.expert_intermediate_size = size_key(c, {"moe_intermediate_size"}, 1408);
-  m.router.n_experts = to_int(int_key(c, "num_experts", 60), "num_experts");
-  m.router.top_k = to_int(int_key(c, "num_experts_per_tok", 4), "num_experts_per_tok");
-  m.router.norm_topk_prob = bool_key(c, "norm_topk_prob", false);
-  m.shared_intermediate_size = size_key(c, {"shared_expert_intermediate_size"}, 5632);
-  m.shared = m.shared_intermediate_size > 0 ? SharedExpertKind::sigmoid_gated : SharedExpertKind::none;
-}
-
-void parse_qwen3_moe(const json& c, MoeConfig& m) {
-  m.hidden_size = size_key(c, {"hidden_size"}, 2048);
-  m.expert_intermediate_size = size_key(c, {"moe_intermediate_size"}, 768);
-  m.router.n_experts = to_int(int_key_any(c, {"num_experts", "num_local_experts"}, 128), "num_experts");
-  m.router.top_k = to_int(int_key(c, "num_experts_per_tok", 8), "num_experts_per_tok");
-  m.router.norm_topk_prob = bool_key(c, "norm_topk_prob", false);
-}
-
-void parse_olmoe(const json& c, MoeConfig& m) {
-  m.hidden_size = size_key(c, {"hidden_size"}, 2048);
-  m.expert_intermediate_size = size_key(c, {"intermediate_size"}, 2048);
-  m.router.n_experts = to_int(int_key_any(c, {"num_experts", "num_local_experts"}, 64), "num_experts");
-  m.router.top_k = to_int(int_key(c, "num_experts_per_tok", 8), "num_experts_per_tok");
-  m.router.norm_topk_prob = bool_key(c, "norm_topk_prob", false);
-}
-
-void parse_deepseek_common(const json& c, MoeConfig& m, int64_t n_shared_default) {
-  m.expert_intermediate_size = size_key(c, {"moe_intermediate_size"}, m.model_type == "deepseek_v2" ? 1407 : 2048);
-  // An explicit null means no shared experts (DeepSeek's own code tests `is not None`).
-  const bool shared_null = c.contains("n_shared_experts") && c["n_shared_experts"].is_null();
-  const int64_t n_shared = shared_null ? 0 : int_key(c, "n_shared_experts", n_shared_default);
-  MOE_CHECK(n_shared >= 0, "n_shared_experts must not be negative, got {}", n_shared);
-  m.shared_intermediate_size = checked_mul(n_shared, m.expert_intermediate_size, "n_shared_experts x moe_intermediate_size");
-  MOE_CHECK(m.shared_intermediate_size <= kMaxModelSize,
-            "n_shared_experts ({}) x moe_intermediate_size ({}) = {} is out of range (at most {})", n_shared,
-            m.expert_intermediate_size, m.shared_intermediate_size, kMaxModelSize);
-  m.shared = m.shared_intermediate_size > 0 ? SharedExpertKind::plain : SharedExpertKind::none;
-  m.first_k_dense_replace = int_key(c, "first_k_dense_replace", m.model_type == "deepseek_v2" ? 0 : 3);
-}
-
-void parse_deepseek_v2(const json& c, MoeConfig& m) {
-  m.hidden_size = size_key(c, {"hidden_size"}, 4096);
-  // transformers' attribute_map: num_experts -> n_routed_experts.
-  m.router.n_experts = to_int(int_key_any(c, {"n_routed_experts", "num_experts"}, 64), "n_routed_experts");
-  m.router.top_k = to_int(int_key(c, "num_experts_per_tok", std::nullopt), "num_experts_per_tok");
-  // NOTE: transformers' DeepSeek-V2 router ignores norm_topk_prob (weights = p · routed_scaling_factor);
-  // DeepSeek's own code normalises instead. Released V2 checkpoints set it false, where both agree.
-  m.router.norm_topk_prob = false;
-  m.router.routed_scaling_factor = float32_key(c, "routed_scaling_factor", 1.0);
-  const std::string method = string_key(c, "topk_method", "greedy");
-  if (method == "greedy") {
-    m.router.method = RoutingMethod::softmax_topk;
-  } else if (method == "group_limited_greedy") {
-    m.router.method = RoutingMethod::group_limited_greedy;
-    m.router.n_group = to_int(int_key(c, "n_group", std::nullopt), "n_group");
-    m.router.topk_group = to_int(int_key(c, "topk_group", std::nullopt), "topk_group");
-  } else {
-    MOE_FAIL("deepseek_v2 topk_method '{}' is not supported: use 'greedy' or 'group_limited_greedy'", method);
+void parse_router(const json& c, const MoeRules& r, MoeConfig& m) {
+  const int64_t n_experts = r.expert_count_alias
+                                ? get_int_any(c, {r.expert_count_key, r.expert_count_alias}, r.n_experts)
+                                : get_int(c, r.expert_count_key, r.n_experts);
+  m.router.n_experts = to_int(n_experts, r.expert_count_key);
+  m.router.top_k = to_int(get_int(c, "num_experts_per_tok", r.top_k), "num_experts_per_tok");
+  if (r.router == RouterRule::noaux_tc) {
+    m.router.method = RoutingMethod::noaux_tc;
+    m.router.n_group = to_int(get_int(c, "n_group", r.n_group), "n_group");
+    m.router.topk_group = to_int(get_int(c, "topk_group", r.topk_group), "topk_group");
+    m.router_has_correction_bias = true;  // gate.e_score_correction_bias
   }
-  parse_deepseek_common(c, m, 2);
+  m.router.norm_topk_prob =
+      r.norm_topk_prob.read_key ? get_bool(c, "norm_topk_prob", r.norm_topk_prob.value) : r.norm_topk_prob.value;
+  if (r.routed_scaling_factor)
+    m.router.routed_scaling_factor = get_float32(c, "routed_scaling_factor", *r.routed_scaling_factor);
+  if (r.router == RouterRule::topk_method) {
+    const std::string method = get_string(c, "topk_method", "greedy");
+    if (method == "greedy") {
+      m.router.method = RoutingMethod::softmax_topk;
+    } else if (method == "group_limited_greedy") {
+      m.router.method = RoutingMethod::group_limited_greedy;
+      m.router.n_group = to_int(get_int(c, "n_group", std::nullopt), "n_group");
+      m.router.topk_group = to_int(get_int(c, "topk_group", std::nullopt), "topk_group");
+    } else {
+      MOE_FAIL("{} topk_method '{}' is not supported: use 'greedy' or 'group_limited_greedy'", r.model_type, method);
+    }
+  }
 }
 
-void parse_deepseek_v3(const json& c, MoeConfig& m) {
-  m.hidden_size = size_key(c, {"hidden_size"}, 7168);
-  m.router.method = RoutingMethod::noaux_tc;  // transformers ignores topk_method and scoring_func for V3
-  // transformers' attribute_map: num_local_experts -> n_routed_experts.
-  m.router.n_experts = to_int(int_key_any(c, {"n_routed_experts", "num_local_experts"}, 256), "n_routed_experts");
-  m.router.top_k = to_int(int_key(c, "num_experts_per_tok", 8), "num_experts_per_tok");
-  m.router.n_group = to_int(int_key(c, "n_group", 8), "n_group");
-  m.router.topk_group = to_int(int_key(c, "topk_group", 4), "topk_group");
-  m.router.norm_topk_prob = bool_key(c, "norm_topk_prob", true);
-  m.router.routed_scaling_factor = float32_key(c, "routed_scaling_factor", 2.5);
-  m.router_has_correction_bias = true;
-  parse_deepseek_common(c, m, 1);
+void parse_shared(const json& c, const MoeRules& r, MoeConfig& m) {
+  if (r.shared == SharedExpertKind::sigmoid_gated) {
+    m.shared_intermediate_size = get_size(c, "shared_expert_intermediate_size", r.shared_default);
+  } else if (r.shared == SharedExpertKind::plain) {
+    // n_shared_experts experts fused into one MLP. An explicit null means none (DeepSeek's own code tests
+    // `is not None`).
+    const bool shared_null = c.contains("n_shared_experts") && c["n_shared_experts"].is_null();
+    const int64_t n_shared = shared_null ? 0 : get_int(c, "n_shared_experts", r.shared_default);
+    MOE_CHECK(n_shared >= 0, "n_shared_experts must not be negative, got {}", n_shared);
+    m.shared_intermediate_size =
+        checked_mul(n_shared, m.expert_intermediate_size, "n_shared_experts x moe_intermediate_size");
+    MOE_CHECK(m.shared_intermediate_size <= kMaxConfigSize,
+              "n_shared_experts ({}) x moe_intermediate_size ({}) = {} is out of range (at most {})", n_shared,
+              m.expert_intermediate_size, m.shared_intermediate_size, kMaxConfigSize);
+  }
+  m.shared = m.shared_intermediate_size > 0 ? r.shared : SharedExpertKind::none;
 }
 
 }  // namespace
 
 const std::vector<std::string>& supported_model_types() {
-  static const std::vector<std::string> types = {"mixtral",  "qwen2_moe",   "qwen3_moe",
-                                                 "olmoe",    "deepseek_v2", "deepseek_v3"};
+  static const std::vector<std::string> types = [] {
+    std::vector<std::string> out;
+    for (const MoeRules& r : kRules) out.emplace_back(r.model_type);
+    return out;
+  }();
   return types;
 }
 
 MoeConfig parse_moe_config(const json& c) {
   MOE_CHECK(c.is_object(), "config.json must hold a JSON object");
   MoeConfig m;
-  m.model_type = string_key(c, "model_type", "");
-  if (m.model_type == "mixtral") parse_mixtral(c, m);
-  else if (m.model_type == "qwen2_moe") parse_qwen2_moe(c, m);
-  else if (m.model_type == "qwen3_moe") parse_qwen3_moe(c, m);
-  else if (m.model_type == "olmoe") parse_olmoe(c, m);
-  else if (m.model_type == "deepseek_v2") parse_deepseek_v2(c, m);
-  else if (m.model_type == "deepseek_v3") parse_deepseek_v3(c, m);
-  else
+  m.model_type = get_string(c, "model_type", "");
+  const MoeRules* rules = find_rules(m.model_type);
+  if (!rules)
     MOE_FAIL("unsupported model_type '{}': supported are {}", m.model_type,
              fmt::format("{}", fmt::join(supported_model_types(), ", ")));
+  const MoeRules& r = *rules;
+  m.hidden_size = get_size(c, "hidden_size", r.hidden_size);
+  // NOTE: DeepSeek reads its experts' size after the router keys, with the shared experts it multiplies.
+  const bool plain_shared = r.shared == SharedExpertKind::plain;
+  if (!plain_shared) m.expert_intermediate_size = get_size(c, r.intermediate_key, r.intermediate_size);
+  parse_router(c, r, m);
+  if (plain_shared) m.expert_intermediate_size = get_size(c, r.intermediate_key, r.intermediate_size);
+  parse_shared(c, r, m);
+  m.naming = r.naming;
+  m.layers = r.layers;
+  if (r.layers == MoeLayerPattern::after_first_k_dense)
+    m.first_k_dense_replace = get_int(c, "first_k_dense_replace", r.first_k_dense_replace);
 
-  const std::string act = string_key(c, "hidden_act", "silu");
+  const std::string act = get_string(c, "hidden_act", "silu");
   MOE_CHECK(act == "silu" || act == "swish", "hidden_act '{}' is not supported: MoE experts here are SwiGLU (silu)",
             act);
   MOE_CHECK(m.hidden_size > 0, "config.json hidden_size must be positive, got {}", m.hidden_size);
@@ -213,12 +183,12 @@ MoeConfig parse_moe_config(const json& c) {
             m.expert_intermediate_size);
   MOE_CHECK(m.shared_intermediate_size >= 0, "the shared expert intermediate size must not be negative, got {}",
             m.shared_intermediate_size);
-  m.num_hidden_layers = int_key(c, "num_hidden_layers", 0);
-  m.decoder_sparse_step = int_key(c, "decoder_sparse_step", 1);
+  m.num_hidden_layers = get_int(c, "num_hidden_layers", 0);
+  m.decoder_sparse_step = get_int(c, "decoder_sparse_step", 1);
   MOE_CHECK(m.decoder_sparse_step >= 1, "decoder_sparse_step must be at least 1, got {}", m.decoder_sparse_step);
-  if (const auto layers = find_key(c, "mlp_only_layers")) {
-    MOE_CHECK((*layers)->is_array(), "config.json key 'mlp_only_layers' must be a list of layer indices");
-    for (const json& v : **layers) {
+  if (const json* layers = find(c, "mlp_only_layers")) {
+    MOE_CHECK(layers->is_array(), "config.json key 'mlp_only_layers' must be a list of layer indices");
+    for (const json& v : *layers) {
       MOE_CHECK(v.is_number_integer(), "mlp_only_layers holds {}, not a layer index", v.dump());
       m.mlp_only_layers.push_back(v.get<int64_t>());
     }
@@ -240,10 +210,15 @@ MoeConfig load_moe_config(const std::filesystem::path& path) {
 }
 
 bool is_moe_layer(const MoeConfig& m, int64_t layer) {
-  if (m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3") return layer >= m.first_k_dense_replace;
-  if (m.model_type == "qwen2_moe" || m.model_type == "qwen3_moe")
-    return std::find(m.mlp_only_layers.begin(), m.mlp_only_layers.end(), layer) == m.mlp_only_layers.end() &&
-           (layer + 1) % m.decoder_sparse_step == 0;
+  switch (m.layers) {
+    case MoeLayerPattern::all:
+      return true;
+    case MoeLayerPattern::after_first_k_dense:
+      return layer >= m.first_k_dense_replace;
+    case MoeLayerPattern::sparse_step:
+      return std::find(m.mlp_only_layers.begin(), m.mlp_only_layers.end(), layer) == m.mlp_only_layers.end() &&
+             (layer + 1) % m.decoder_sparse_step == 0;
+  }
   return true;
 }
 

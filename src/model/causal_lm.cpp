@@ -1,13 +1,12 @@
 // The causal LM: embeddings -> decoder layers (input_layernorm, attention, residual,
 // post_attention_layernorm, MoE block or dense MLP, residual) -> final norm -> lm_head, as transformers
-// 5.17's <Family>ForCausalLM computes it in fp32. Loading and the batched forward live here; the pieces
-// in attention.h, moe_block.h, dense_ops.h, rope.h, kv_cache.h.
+// 5.17's <Family>ForCausalLM computes it in fp32. Loading and the batched forward live here, written against
+// DecoderOps (decoder_ops.h); the pieces in attention.h, moe_block.h, rope.h, kv_cache.h, family.h.
 #include "moe/model/causal_lm.h"
 
-#include <cstring>
-
 #include "attention.h"
-#include "dense_ops.h"
+#include "decoder_ops.h"
+#include "family.h"
 #include "forward_timer.h"
 #include "kv_cache.h"
 #include "moe_block.h"
@@ -18,12 +17,6 @@
 namespace moe::model {
 
 namespace {
-
-Tensor clone(const Tensor& t) {
-  Tensor out = Tensor::empty(t.dtype(), t.shape());
-  std::memcpy(out.data(), t.data(), t.nbytes());
-  return out;
-}
 
 struct DecoderLayer {
   Tensor input_norm, post_norm;  // [H] F32
@@ -44,11 +37,13 @@ Checkpoint open_weights(const std::filesystem::path& dir) {
 
 class Model final : public CausalLM {
  public:
-  Model(const std::filesystem::path& dir, const ModelOptions& options)
+  Model(const std::filesystem::path& dir, const ModelOptions& options, std::unique_ptr<DecoderOps> ops)
       : config_(load_model_config(dir)),
         checkpoint_(open_weights(dir)),
+        family_(find_family(config_.model_type)),
         reader_(checkpoint_, config_.model_type),
         rope_(config_.rope),
+        ops_(std::move(ops)),
         times_(options.times) {
     const ModelConfig& c = config_;
     const int64_t H = c.hidden_size, V = c.vocab_size;
@@ -103,6 +98,7 @@ class Model final : public CausalLM {
       MOE_CHECK(start + count <= cache->max_length(),
                 "sequence {} would hold {} tokens, more than the cache's max_length {}", s, start + count,
                 cache->max_length());
+      cache->reserve(s, count);  // the blocks for the new rows; checks max_length
       batch.spans.push_back({.seq = s, .row = batch.total, .count = count, .start = start});
       for (int64_t i = 0; i < count; ++i) batch.positions.push_back(start + i);
       ids.insert(ids.end(), tokens.begin(), tokens.end());
@@ -117,42 +113,35 @@ class Model final : public CausalLM {
  private:
   Tensor run_layers(const BatchLayout& batch, const std::vector<int32_t>& ids, ModelKvCache& cache, bool last_only,
                     const RoutingObserver& observer) {
-    const auto normed = [&](const Tensor& h, const Tensor& weight) {
-      return timed(times_, &ForwardTimes::norms, [&] {
-        Tensor x = clone(h);
-        rms_norm_rows(x, weight, config_.rms_norm_eps);
-        return x;
-      });
+    const double eps = config_.rms_norm_eps;
+    // h += delta (the last block's output; undefined before the first), then h's norm by `weight`.
+    const auto add_norm = [&](Tensor& h, const Tensor& delta, const Tensor& weight) {
+      return timed(times_, &ForwardTimes::norms, [&] { return ops_->add_rms_norm(h, delta, weight, eps); });
     };
-    const auto add = [&](Tensor& h, const Tensor& delta) {
-      timed(times_, &ForwardTimes::norms, [&] { add_in_place(h, delta); });
-    };
-    Tensor h = timed(times_, &ForwardTimes::embedding, [&] { return embedding_rows(embed_, ids); });  // [T, H]
+    Tensor h = timed(times_, &ForwardTimes::embedding, [&] { return ops_->embedding(embed_, ids); });  // [T, H]
+    Tensor delta;                                                                                      // [T, H]
     for (int64_t l = 0; l < config_.num_layers; ++l) {
       DecoderLayer& layer = layers_[l];
-      add(h, layer.attention->forward(normed(h, layer.input_norm), batch, cache, l));
-      const Tensor x = normed(h, layer.post_norm);
+      delta = layer.attention->forward(add_norm(h, delta, layer.input_norm), batch, cache, l);
+      const Tensor x = add_norm(h, delta, layer.post_norm);
       if (layer.moe) {
         MoeBlockOutput out = timed(times_, &ForwardTimes::moe, [&] { return layer.moe->forward(x); });
-        add(h, out.hidden_states);
+        delta = std::move(out.hidden_states);
         if (observer) report_routing(observer, batch, ids, l, out.topk);
       } else {
-        add(h, timed(times_, &ForwardTimes::dense_mlp, [&] { return dense_swiglu(x, layer.dense); }));
+        delta = timed(times_, &ForwardTimes::dense_mlp, [&] { return ops_->swiglu_mlp(x, layer.dense); });
       }
     }
     for (const BatchLayout::Span& s : batch.spans) cache.commit(s.seq, s.count);
 
+    // NOTE: the final norm is per row, so norming every row and keeping the last ones gives their bits.
+    Tensor out = add_norm(h, delta, final_norm_);  // [T, H]
     if (last_only) {
-      Tensor last = Tensor::empty(DType::F32, {static_cast<int64_t>(batch.spans.size()), config_.hidden_size});
-      for (size_t i = 0; i < batch.spans.size(); ++i) {
-        const int64_t row = batch.spans[i].row + batch.spans[i].count - 1;
-        std::memcpy(last.data_as<float>() + i * config_.hidden_size, h.data_as<float>() + row * config_.hidden_size,
-                    config_.hidden_size * sizeof(float));
-      }
-      h = std::move(last);
+      std::vector<int64_t> rows;
+      for (const BatchLayout::Span& s : batch.spans) rows.push_back(s.row + s.count - 1);
+      out = ops_->gather_rows(out, rows);  // [spans, H]
     }
-    timed(times_, &ForwardTimes::norms, [&] { rms_norm_rows(h, final_norm_, config_.rms_norm_eps); });
-    return timed(times_, &ForwardTimes::lm_head, [&] { return linear(h, lm_head_); });  // [rows, V]
+    return timed(times_, &ForwardTimes::lm_head, [&] { return ops_->lm_head(out, lm_head_); });  // [rows, V]
   }
 
   DecoderLayer load_layer(int64_t i, const ModelOptions& options) {
@@ -162,13 +151,10 @@ class Model final : public CausalLM {
     DecoderLayer layer;
     layer.input_norm = reader_.get_f32(p + "input_layernorm.weight", {H}, "hidden_size");
     layer.post_norm = reader_.get_f32(p + "post_attention_layernorm.weight", {H}, "hidden_size");
-    layer.attention = c.attention == AttentionKind::mla ? make_mla_attention(c, reader_, i, rope_, times_)
-                                                        : make_gqa_attention(c, reader_, i, rope_, times_);
+    layer.attention = c.attention == AttentionKind::mla ? make_mla_attention(c, reader_, i, rope_, *ops_, times_)
+                                                        : make_gqa_attention(c, reader_, i, rope_, *ops_, times_);
     if (is_moe_layer(c.moe, i)) {
-      // Mixtral checkpoints name the block block_sparse_moe; transformers 5 in memory (and some
-      // re-saved checkpoints) call it mlp.
-      const bool mixtral_name = c.model_type == "mixtral" && reader_.contains(p + "block_sparse_moe.gate.weight");
-      const std::string prefix = p + (mixtral_name ? "block_sparse_moe." : "mlp.");
+      const std::string prefix = family_.moe_block_prefix(checkpoint_, p);
       MoeWeights weights = load_moe_weights(checkpoint_, prefix, c.moe);
       if (options.moe_block)
         layer.moe = make_function_moe_block(options.moe_block(i, c.moe, std::move(weights)));
@@ -205,8 +191,10 @@ class Model final : public CausalLM {
 
   ModelConfig config_;
   Checkpoint checkpoint_;
+  const Family& family_;
   WeightReader reader_;
   Rope rope_;
+  std::unique_ptr<DecoderOps> ops_;
   ForwardTimes* times_;  // may be null
   Tensor embed_, lm_head_;  // [V, H] checkpoint views
   Tensor final_norm_;       // [H] F32
@@ -216,8 +204,14 @@ class Model final : public CausalLM {
 
 }  // namespace
 
+std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& dir, const ModelOptions& options,
+                                         std::unique_ptr<DecoderOps> ops) {
+  MOE_CHECK(ops != nullptr, "load_causal_lm needs the decoder's ops");
+  return std::make_unique<Model>(dir, options, std::move(ops));
+}
+
 std::unique_ptr<CausalLM> CausalLM::load(const std::filesystem::path& dir, const ModelOptions& options) {
-  return std::make_unique<Model>(dir, options);
+  return load_causal_lm(dir, options, make_cpu_decoder_ops());
 }
 
 }  // namespace moe::model

@@ -1,10 +1,7 @@
 // Grouped-query attention (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE), as transformers 5.17's
 // <Family>Attention.forward: q/k/v projections (+ Qwen2 biases), OLMoE's whole-projection q/k norms and
 // clip_qkv, Qwen3's per-head q/k norms, RoPE, cache append, attention, o_proj.
-#include <algorithm>
-
 #include "attention.h"
-#include "dense_ops.h"
 #include "forward_timer.h"
 
 namespace moe::model {
@@ -13,8 +10,9 @@ namespace {
 
 class GqaAttention final : public Attention {
  public:
-  GqaAttention(const ModelConfig& c, const WeightReader& r, int64_t layer, const Rope& rope, ForwardTimes* times)
-      : c_(c), rope_(rope), times_(times) {
+  GqaAttention(const ModelConfig& c, const WeightReader& r, int64_t layer, const Rope& rope, DecoderOps& ops,
+               ForwardTimes* times)
+      : c_(c), rope_(rope), ops_(ops), times_(times) {
     const std::string p = fmt::format("model.layers.{}.self_attn.", layer);
     const int64_t H = c.hidden_size, D = c.head_dim, q_width = c.num_heads * D, kv_width = c.num_kv_heads * D;
     const std::string q_why = fmt::format("num_attention_heads {} x head_dim {}, hidden_size {}", c.num_heads, D, H);
@@ -41,50 +39,42 @@ class GqaAttention final : public Attention {
   }
 
   Tensor forward(const Tensor& x, const BatchLayout& batch, ModelKvCache& cache, int64_t layer) override {
-    const int64_t T = x.size(0), D = c_.head_dim, nh = c_.num_heads, nkv = c_.num_kv_heads;
+    const int64_t D = c_.head_dim;
     Tensor q, k, v;
     timed(times_, &ForwardTimes::attention_projections, [&] {
-      q = linear(x, q_, q_bias_);  // [T, nh * D]
-      k = linear(x, k_, k_bias_);  // [T, nkv * D]
-      v = linear(x, v_, v_bias_);  // [T, nkv * D]
+      q = ops_.linear(x, q_, q_bias_);  // [T, nh * D]
+      k = ops_.linear(x, k_, k_bias_);  // [T, nkv * D]
+      v = ops_.linear(x, v_, v_bias_);  // [T, nkv * D]
     });
     timed(times_, &ForwardTimes::attention_other, [&] { prepare(q, k, v, batch, cache, layer); });
-    Tensor out = Tensor::empty(DType::F32, {T, nh * D});  // [T, nh * D]
-    timed(times_, &ForwardTimes::attention_core,
-          [&] { attend(q, batch, cache, layer, nh, nkv, D, D, c_.softmax_scale, out); });
-    return timed(times_, &ForwardTimes::attention_projections, [&] { return linear(out, o_, o_bias_); });  // [T, H]
+    const Tensor out = timed(times_, &ForwardTimes::attention_core, [&] {
+      return ops_.attention(q, cache, layer, batch,
+                            {.heads = c_.num_heads, .kv_heads = c_.num_kv_heads, .dk = D, .dv = D,
+                             .scale = c_.softmax_scale});  // [T, nh * D]
+    });
+    return timed(times_, &ForwardTimes::attention_projections, [&] { return ops_.linear(out, o_, o_bias_); });  // [T, H]
   }
 
  private:
   // q/k norms, clip_qkv, RoPE, and the new keys and values into the cache.
   void prepare(Tensor& q, Tensor& k, Tensor& v, const BatchLayout& batch, ModelKvCache& cache, int64_t layer) const {
-    const int64_t T = q.size(0), D = c_.head_dim, nh = c_.num_heads, nkv = c_.num_kv_heads;
     if (c_.qk_norm == QkNorm::whole) {
-      rms_norm_rows(q, q_norm_, c_.rms_norm_eps);
-      rms_norm_rows(k, k_norm_, c_.rms_norm_eps);
+      ops_.rms_norm(q, q_norm_, c_.rms_norm_eps, q.size(1));
+      ops_.rms_norm(k, k_norm_, c_.rms_norm_eps, k.size(1));
     } else if (c_.qk_norm == QkNorm::per_head) {
-      rms_norm_groups(q, q_norm_, c_.rms_norm_eps, D);
-      rms_norm_groups(k, k_norm_, c_.rms_norm_eps, D);
+      ops_.rms_norm(q, q_norm_, c_.rms_norm_eps, c_.head_dim);
+      ops_.rms_norm(k, k_norm_, c_.rms_norm_eps, c_.head_dim);
     }
-    if (c_.clip_qkv > 0) {
-      const auto clip = static_cast<float>(c_.clip_qkv);
-      for (Tensor* t : {&q, &k, &v})
-        for (float* p = t->data_as<float>(), *end = p + t->numel(); p != end; ++p) *p = std::clamp(*p, -clip, clip);
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t h = 0; h < nh; ++h) rope_.apply(q.data_as<float>() + (t * nh + h) * D, batch.positions[t]);
-      for (int64_t h = 0; h < nkv; ++h) rope_.apply(k.data_as<float>() + (t * nkv + h) * D, batch.positions[t]);
-    }
-    for (const BatchLayout::Span& s : batch.spans) {
-      float* keys = cache.keys(layer, s.seq, s.count);
-      float* values = cache.values(layer, s.seq, s.count);
-      std::copy_n(k.data_as<float>() + s.row * nkv * D, s.count * nkv * D, keys);
-      std::copy_n(v.data_as<float>() + s.row * nkv * D, s.count * nkv * D, values);
-    }
+    if (c_.clip_qkv > 0)
+      for (Tensor* t : {&q, &k, &v}) ops_.clamp(*t, static_cast<float>(c_.clip_qkv));
+    ops_.rope(rope_, q, c_.num_heads, 0, batch.positions);
+    ops_.rope(rope_, k, c_.num_kv_heads, 0, batch.positions);
+    ops_.append_kv(cache, layer, batch, k, v);
   }
 
   const ModelConfig& c_;
   const Rope& rope_;
+  DecoderOps& ops_;
   ForwardTimes* times_;  // may be null
   Tensor q_, k_, v_, o_;                       // [out, in] checkpoint views
   Tensor q_bias_, k_bias_, v_bias_, o_bias_;   // F32 or undefined
@@ -94,8 +84,8 @@ class GqaAttention final : public Attention {
 }  // namespace
 
 std::unique_ptr<Attention> make_gqa_attention(const ModelConfig& config, const WeightReader& reader, int64_t layer,
-                                              const Rope& rope, ForwardTimes* times) {
-  return std::make_unique<GqaAttention>(config, reader, layer, rope, times);
+                                              const Rope& rope, DecoderOps& ops, ForwardTimes* times) {
+  return std::make_unique<GqaAttention>(config, reader, layer, rope, ops, times);
 }
 
 }  // namespace moe::model

@@ -6,30 +6,15 @@
 #include <climits>
 #include <fstream>
 
-#include "json_keys.h"
+#include "family.h"
+#include "moe/core/json_config.h"
 
 namespace moe::model {
 
 namespace {
 
 using nlohmann::json;
-using namespace json_keys;
-
-// The defaults of transformers' config classes for the keys every checkpoint sets anyway.
-struct FamilyDefaults {
-  int64_t vocab, hidden, intermediate, layers, heads, kv_heads, max_positions;  // kv_heads 0: = heads
-  double eps, theta;
-  int64_t bos, eos;  // -1: none
-};
-
-FamilyDefaults family_defaults(const std::string& type) {
-  if (type == "mixtral") return {32000, 4096, 14336, 32, 32, 8, 4096 * 32, 1e-5, 1e6, 1, 2};
-  if (type == "qwen2_moe") return {151936, 2048, 5632, 24, 16, 16, 32768, 1e-6, 1e4, -1, -1};
-  if (type == "qwen3_moe") return {151936, 2048, 6144, 24, 32, 4, 32768, 1e-6, 1e4, -1, -1};
-  if (type == "olmoe") return {50304, 2048, 2048, 16, 16, 0, 4096, 1e-5, 1e4, -1, 50279};
-  if (type == "deepseek_v2") return {102400, 4096, 11008, 32, 32, 0, 2048, 1e-6, 1e4, 1, 2};
-  return {129280, 7168, 18432, 61, 128, 128, 4096, 1e-6, 1e4, 0, 1};  // deepseek_v3
-}
+using namespace json_config;
 
 // eos_token_id: an int, a list of ints, or null.
 std::vector<int32_t> token_ids(const json& c, const char* key, std::optional<int64_t> fallback) {
@@ -90,33 +75,22 @@ void parse_rope(const json& c, ModelConfig& m, double default_theta) {
   }
 }
 
-void parse_gqa(const json& c, ModelConfig& m) {
+void parse_gqa(const json& c, const Family& family, ModelConfig& m) {
   m.attention = AttentionKind::gqa;
   m.head_dim = get_size(c, "head_dim", m.hidden_size / m.num_heads);
   MOE_CHECK(m.head_dim > 0 && m.head_dim % 2 == 0, "head_dim must be a positive even number, got {}", m.head_dim);
   MOE_CHECK(m.num_kv_heads > 0 && m.num_heads % m.num_kv_heads == 0,
             "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", m.num_heads, m.num_kv_heads);
-  const std::string& t = m.model_type;
-  if (t == "qwen2_moe") {
-    m.qkv_bias = get_bool(c, "qkv_bias", true);
-  } else if (t == "qwen3_moe" || t == "olmoe") {
-    m.qkv_bias = m.attention_bias = get_bool(c, "attention_bias", false);
-    m.qk_norm = t == "qwen3_moe" ? QkNorm::per_head : QkNorm::whole;
-  }
-  if (t == "olmoe") m.clip_qkv = get_double(c, "clip_qkv", 0);
+  family.parse_attention(c, m);  // biases, q/k norms, clip_qkv, sliding window
   MOE_CHECK(m.clip_qkv >= 0, "clip_qkv must not be negative, got {}", m.clip_qkv);
-  // Sliding-window attention, where the family's config turns it on.
-  if (t == "mixtral" || t == "olmoe") m.sliding_window = get_size(c, "sliding_window", 0);
-  else if (get_bool(c, "use_sliding_window", false)) m.sliding_window = get_size(c, "sliding_window", 4096);
   MOE_CHECK(m.sliding_window >= 0, "sliding_window must not be negative, got {}", m.sliding_window);
   m.softmax_scale = 1.0 / std::sqrt(double(m.head_dim));
   m.rope.dim = m.head_dim;
   m.rope.layout = RopeLayout::halves;
 }
 
-void parse_mla(const json& c, ModelConfig& m) {
+void parse_mla(const json& c, const Family& family, ModelConfig& m) {
   m.attention = AttentionKind::mla;
-  const bool v3 = m.model_type == "deepseek_v3";
   m.q_lora_rank = get_size(c, "q_lora_rank", 1536);  // an explicit null reads as the default: handled below
   if (c.contains("q_lora_rank") && c["q_lora_rank"].is_null()) m.q_lora_rank = 0;
   m.kv_lora_rank = get_size(c, "kv_lora_rank", 512);
@@ -138,8 +112,7 @@ void parse_mla(const json& c, ModelConfig& m) {
   m.head_dim = m.qk_rope_head_dim;  // as transformers sets it: the rotary width
   m.softmax_scale = 1.0 / std::sqrt(double(m.qk_nope_head_dim + m.qk_rope_head_dim));
   m.rope.dim = m.qk_rope_head_dim;
-  m.rope.layout = !v3 ? RopeLayout::pairs
-                      : (get_bool(c, "rope_interleave", true) ? RopeLayout::pairs_to_halves : RopeLayout::halves);
+  family.parse_attention(c, m);  // the RoPE pairing
 }
 
 }  // namespace
@@ -149,7 +122,8 @@ ModelConfig parse_model_config(const json& c, const json& generation) {
   ModelConfig m;
   m.moe = parse_moe_config(c);  // validates model_type, hidden_act and the routing keys
   m.model_type = m.moe.model_type;
-  const FamilyDefaults d = family_defaults(m.model_type);
+  const Family& family = find_family(m.model_type);
+  const FamilyDefaults& d = family.defaults;
   m.vocab_size = get_size(c, "vocab_size", d.vocab);
   m.hidden_size = m.moe.hidden_size;
   m.num_layers = get_size(c, "num_hidden_layers", d.layers);
@@ -167,8 +141,8 @@ ModelConfig parse_model_config(const json& c, const json& generation) {
   MOE_CHECK(m.rms_norm_eps > 0, "rms_norm_eps must be positive, got {}", m.rms_norm_eps);
   MOE_CHECK(get_int(c, "pretraining_tp", 1) == 1, "pretraining_tp other than 1 is not supported");
 
-  if (m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3") parse_mla(c, m);
-  else parse_gqa(c, m);
+  if (family.attention == AttentionKind::mla) parse_mla(c, family, m);
+  else parse_gqa(c, family, m);
   parse_rope(c, m, d.theta);
 
   const json& eos_source = generation.is_object() && generation.contains("eos_token_id") ? generation : c;

@@ -68,38 +68,19 @@ Rope::Rope(const RopeConfig& config) : config_(config) {
   }
 }
 
-void Rope::apply(float* x, int64_t pos) const {
-  const int64_t half = config_.dim / 2;
-  const float scale = static_cast<float>(config_.attention_factor);
-  float rotated[512];
-  MOE_CHECK(config_.dim <= 512, "rotary dimension {} exceeds 512", config_.dim);
-  for (int64_t i = 0; i < half; ++i) {
-    // The angle in fp32 (inv_freq @ position_ids), cos/sin scaled by the attention factor.
-    const float angle = inv_freq_[i] * static_cast<float>(pos);
-    const float c = static_cast<float>(std::cos(double{angle})) * scale;
-    const float s = static_cast<float>(std::sin(double{angle})) * scale;
+cpu::RopeTable Rope::cpu_table() const {
+  const auto pairing = [&] {
     switch (config_.layout) {
-      case RopeLayout::halves: {
-        const float a = x[i], b = x[i + half];
-        rotated[i] = a * c - b * s;
-        rotated[i + half] = b * c + a * s;
+      case RopeLayout::pairs:
+        return cpu::RopePairing::pairs;
+      case RopeLayout::pairs_to_halves:
+        return cpu::RopePairing::pairs_to_halves;
+      case RopeLayout::halves:
         break;
-      }
-      case RopeLayout::pairs: {
-        const float a = x[2 * i], b = x[2 * i + 1];
-        rotated[2 * i] = a * c - b * s;
-        rotated[2 * i + 1] = a * s + b * c;
-        break;
-      }
-      case RopeLayout::pairs_to_halves: {
-        const float a = x[2 * i], b = x[2 * i + 1];
-        rotated[i] = a * c - b * s;
-        rotated[i + half] = b * c + a * s;
-        break;
-      }
     }
-  }
-  std::copy(rotated, rotated + config_.dim, x);
+    return cpu::RopePairing::halves;
+  }();
+  return {.inv_freq = inv_freq_, .attention_factor = static_cast<float>(config_.attention_factor), .pairing = pairing};
 }
 
 }  // namespace moe::model

@@ -1,11 +1,12 @@
 #pragma once
-// Rotary position embeddings as transformers 5.17 computes them (modeling_rope_utils.py and each family's
-// apply_rotary_pos_emb): inverse frequencies for the default and YaRN types, cos/sin in fp32 scaled by the
-// attention factor, and the three pairings of a head's dimensions (RopeLayout).
+// The rotary frequency table as transformers 5.17 computes it (modeling_rope_utils.py): inverse frequencies
+// for the default and YaRN types, the attention factor that scales cos/sin, and the pairing of a head's
+// dimensions (RopeLayout). The rotation itself is an op of the backend (cpu/rope.h on the CPU).
 
 #include <cstdint>
 #include <vector>
 
+#include "moe/cpu/rope.h"
 #include "moe/model/model_config.h"
 
 namespace moe::model {
@@ -14,10 +15,9 @@ class Rope {
  public:
   explicit Rope(const RopeConfig& config);
 
-  // Rotates one head's rotary part x[0, dim) in place for position `pos`.
-  void apply(float* x, int64_t pos) const;
-
   const std::vector<float>& inv_freq() const { return inv_freq_; }
+  // The table the CPU rotation reads (a view of this object's frequencies).
+  cpu::RopeTable cpu_table() const;
 
  private:
   RopeConfig config_;

@@ -1,6 +1,6 @@
-// Forged inputs (issue 9, limits): sizes and ids read from files are checked before anything is allocated
-// for them or multiplied with them, and each is refused with a moe::Error that names the number. Every case
-// here allocated gigabytes, overflowed or ran undefined behaviour before the check that now stops it.
+// Forged inputs: sizes and ids read from files are checked before anything is allocated for them or
+// multiplied with them, and each is refused with a moe::Error that names the number. Every case here
+// allocated gigabytes, overflowed or ran undefined behaviour before the check that now stops it.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -24,7 +24,7 @@ int fuzz_model_config(const uint8_t* data, size_t size) {
                     "sizes {} {} {} {}", m.vocab_size, m.num_layers, m.num_heads, m.num_kv_heads);
     const model::Rope rope(m.rope);
     std::vector<float> head(static_cast<size_t>(m.rope.dim), 1.0f);
-    rope.apply(head.data(), 7);
+    cpu::rope_head(rope.cpu_table(), head.data(), 7);
   });
 }
 

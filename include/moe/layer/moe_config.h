@@ -1,6 +1,8 @@
 #pragma once
 // The MoE part of a HuggingFace config.json, for the model families this engine runs. Keys, aliases and
-// defaults follow transformers 5.x (configuration_<family>.py); see the table in README.md.
+// defaults follow transformers 5.x (configuration_<family>.py). Each family's MoE keys are data here
+// (moe_config.cpp's rules table), so that the MoE layer reads a config.json with nothing above layer/; the
+// rest of a family (attention, tensor names) is its file under model/families/.
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -24,6 +26,13 @@ enum class ExpertNaming : uint8_t {
   w1_w3_w2,      // Mixtral: experts.{e}.w1 (gate) / w3 (up) / w2 (down)
 };
 
+// Which decoder layers hold a MoE block (is_moe_layer); the others hold a dense MLP.
+enum class MoeLayerPattern : uint8_t {
+  all,
+  after_first_k_dense,  // DeepSeek: layers >= first_k_dense_replace
+  sparse_step,          // Qwen2/3-MoE: (layer + 1) % decoder_sparse_step == 0, except mlp_only_layers
+};
+
 struct MoeConfig {
   std::string model_type;
   int64_t hidden_size = 0;
@@ -34,13 +43,14 @@ struct MoeConfig {
   int64_t shared_intermediate_size = 0;
   ExpertNaming naming = ExpertNaming::gate_up_down;
   // Which decoder layers hold a MoE block (the others a dense MLP).
+  MoeLayerPattern layers = MoeLayerPattern::all;
   int64_t num_hidden_layers = 0;
   int64_t first_k_dense_replace = 0;  // DeepSeek
   int64_t decoder_sparse_step = 1;    // Qwen2/3-MoE
   std::vector<int64_t> mlp_only_layers;
 };
 
-// The model types accepted, in the order the README lists them.
+// The model types accepted, in the order the README lists them (model/family.h's registry holds the same).
 const std::vector<std::string>& supported_model_types();
 
 // Parses and validates (routing keys, hidden_act == silu, sizes > 0). Errors name the key and the fix;

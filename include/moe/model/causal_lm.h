@@ -70,7 +70,8 @@ struct RoutingEvent {
 };
 using RoutingObserver = std::function<void(const RoutingEvent&)>;
 
-// The KV caches of a batch of sequences (one per sequence, each growing as tokens are appended).
+// The KV caches of a batch of sequences, each growing as tokens are appended (the model's is paged: blocks
+// of 16 tokens from one pool, taken as a sequence grows).
 class KvCache {
  public:
   virtual ~KvCache() = default;

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -16,7 +17,7 @@
 
 #include "linear_kernels_body.h"
 
-namespace moe::model {
+namespace moe::cpu {
 
 namespace {
 
@@ -54,6 +55,6 @@ void axpy_rows_avx2(const AxpyTask& task, int64_t o0, int64_t o1) {
   kernels::axpy_rows_impl<Avx2>(task, o0, o1);
 }
 
-}  // namespace moe::model
+}  // namespace moe::cpu
 
 #pragma GCC pop_options

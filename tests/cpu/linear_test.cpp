@@ -3,19 +3,20 @@
 // that leave partial vectors, tiles and token panels (in, out and T not multiples of 16, 4 or 6), token
 // counts over one block of 64; and the axpy kernel (a weight used transposed: MLA's absorbed kv_b_proj,
 // attention's values) on strided rows. fp32 accumulation: every element within 1e-5 of Σ|x·w|.
-#include "dense_ops.h"
+#include "moe/cpu/linear.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "linear_kernels.h"
 #include "test_random.h"
 
 namespace moe::test {
 namespace {
 
-using model::LinearIsa;
+using cpu::LinearIsa;
 
 std::vector<LinearIsa> isas() {
   __builtin_cpu_init();
@@ -48,7 +49,7 @@ struct Shape {
 const Shape kShapes[] = {{1, 37, 13}, {1, 256, 67}, {5, 64, 33}, {7, 130, 70},
                          {13, 16, 9}, {70, 48, 21}, {131, 80, 5}};
 
-TEST(DenseOps, LinearMatchesFp64OnEveryKernelBuildAndDtype) {
+TEST(CpuLinear, LinearMatchesFp64OnEveryKernelBuildAndDtype) {
   TestRng rng;
   for (LinearIsa isa : isas())
     for (DType dtype : {DType::F32, DType::BF16, DType::F16})
@@ -61,13 +62,13 @@ TEST(DenseOps, LinearMatchesFp64OnEveryKernelBuildAndDtype) {
           const Tensor w = rng.normal_tensor({s.out, s.in}, 0.5f, dtype);
           const Tensor bias = with_bias ? rng.normal_tensor({s.out}) : Tensor{};
           const Tensor wf = w.to_f32();
-          const Tensor y = model::linear(x, w, bias, isa);
+          const Tensor y = cpu::linear(x, w, bias, isa);
           expect_close(y, x, bias, s.out,
                        [&](int64_t o, int64_t k) { return double{wf.data_as<float>()[o * s.in + k]}; });
         }
 }
 
-TEST(DenseOps, AxpyKernelMatchesFp64OnStridedRows) {
+TEST(CpuLinear, AxpyKernelMatchesFp64OnStridedRows) {
   TestRng rng;
   for (LinearIsa isa : isas())
     for (DType dtype : {DType::F32, DType::BF16, DType::F16})
@@ -84,7 +85,7 @@ TEST(DenseOps, AxpyKernelMatchesFp64OnStridedRows) {
         std::vector<float*> rows(s.T);
         for (int64_t t = 0; t < s.T; ++t) a[t] = x.data_as<float>() + t * s.in, rows[t] = y.data_as<float>() + t * s.out;
         const auto* base = static_cast<const char*>(full.data()) + dtype_size(dtype);
-        model::axpy_rows(isa,
+        cpu::axpy_rows(isa,
                          {.a = a.data(), .n = s.T, .j = s.in, .w = base, .w_dtype = dtype, .w_stride = s.out + 3,
                           .y = rows.data()},
                          0, s.out);

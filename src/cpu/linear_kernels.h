@@ -1,5 +1,5 @@
 #pragma once
-// The vectorised products under the model's dense ops and attention, fp32 multiply-add on weights read in
+// The vectorised products under the dense ops (linear.h) and attention (attention.h), fp32 multiply-add on weights read in
 // their checkpoint dtype (F32, BF16 or F16: converted in registers, never copied). Two shapes:
 //   dot:  y[n][o] = Σ_k x[n][k] · w[o][k]   (a linear layer's [out, in] weight; attention scores q·k)
 //   axpy: y[n][o] = Σ_j a[n][j] · w[j][o]   (a weight used transposed; attention's probabilities · values)
@@ -9,13 +9,9 @@
 #include <cstdint>
 
 #include "moe/core/dtype.h"
+#include "moe/cpu/linear.h"
 
-namespace moe::model {
-
-enum class LinearIsa : uint8_t { scalar, avx2, avx512 };
-
-// The best this CPU runs; MOE_CPU_ISA=avx2 forces AVX2 (as it does for the fast experts), for tests.
-LinearIsa linear_isa();
+namespace moe::cpu {
 
 struct DotTask {
   const float* const* x = nullptr;  // n rows of k floats
@@ -33,6 +29,9 @@ struct AxpyTask {
   DType w_dtype = DType::F32;
   int64_t w_stride = 0;
   float* const* y = nullptr;  // n output rows; y[i][o] is written for the o asked for
+  // y[i][o] += the sum instead of =: the sum over j continues from y in the same order, so that a product
+  // split over j (the blocks of a paged KV cache) gives the bits of one call over the whole range.
+  bool accumulate = false;
 };
 
 // Output columns [o0, o1) of each task, on the calling thread (callers split o or n across the pool).
@@ -47,4 +46,4 @@ void axpy_rows_avx2(const AxpyTask& task, int64_t o0, int64_t o1);
 void dot_rows_avx512(const DotTask& task, int64_t o0, int64_t o1);
 void axpy_rows_avx512(const AxpyTask& task, int64_t o0, int64_t o1);
 
-}  // namespace moe::model
+}  // namespace moe::cpu

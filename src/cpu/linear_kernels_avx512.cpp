@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -21,7 +22,7 @@
 
 #include "linear_kernels_body.h"
 
-namespace moe::model {
+namespace moe::cpu {
 
 namespace {
 
@@ -55,7 +56,7 @@ void axpy_rows_avx512(const AxpyTask& task, int64_t o0, int64_t o1) {
   kernels::axpy_rows_impl<Avx512>(task, o0, o1);
 }
 
-}  // namespace moe::model
+}  // namespace moe::cpu
 
 #pragma GCC diagnostic pop
 #pragma GCC pop_options

@@ -10,6 +10,7 @@
 // Include every header this one needs before the target pragma (linear_kernels_avx512.cpp).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -17,7 +18,7 @@
 #include "moe/core/check.h"
 #include "moe/core/float_convert.h"
 
-namespace moe::model::kernels {
+namespace moe::cpu::kernels {
 namespace {
 
 // Tag types so that the loads of BF16 and F16 rows overload on the pointer type.
@@ -124,13 +125,13 @@ void dot_rows_impl(const DotTask& t, int64_t o0, int64_t o1) {
 // y[n][o + c·kLanes ...] = Σ_j a[n][j] · w[j][o + c·kLanes ...] for C full vectors of columns, N rows.
 template <class Ops, class W, int C, int N>
 [[gnu::always_inline]] inline void axpy_tile(const W* w, int64_t w_stride, const float* const* a,
-                                             int64_t j_len, float* const* y, int64_t o) {
+                                             int64_t j_len, float* const* y, int64_t o, bool accumulate) {
   using V = typename Ops::V;
   V acc[C][N];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c)
 #pragma GCC unroll 8
-    for (int n = 0; n < N; ++n) acc[c][n] = Ops::zero();
+    for (int n = 0; n < N; ++n) acc[c][n] = accumulate ? Ops::load(y[n] + o + c * Ops::kLanes) : Ops::zero();
   for (int64_t j = 0; j < j_len; ++j) {
     V wv[C];
 #pragma GCC unroll 8
@@ -152,9 +153,10 @@ template <class Ops, class W, int C, int... Ns>
 void axpy_panels(const W* w, const AxpyTask& t, int64_t o, std::integer_sequence<int, Ns...>) {
   constexpr int N = Ops::kPanel;
   int64_t i = 0;
-  for (; i + N <= t.n; i += N) axpy_tile<Ops, W, C, N>(w, t.w_stride, t.a + i, t.j, t.y + i, o);
+  for (; i + N <= t.n; i += N) axpy_tile<Ops, W, C, N>(w, t.w_stride, t.a + i, t.j, t.y + i, o, t.accumulate);
   const int64_t rest = t.n - i;
-  ((rest == Ns + 1 ? axpy_tile<Ops, W, C, Ns + 1>(w, t.w_stride, t.a + i, t.j, t.y + i, o) : void()), ...);
+  ((rest == Ns + 1 ? axpy_tile<Ops, W, C, Ns + 1>(w, t.w_stride, t.a + i, t.j, t.y + i, o, t.accumulate) : void()),
+   ...);
 }
 
 template <class Ops, class W>
@@ -165,10 +167,13 @@ void axpy_rows_typed(const AxpyTask& t, int64_t o0, int64_t o1) {
   int64_t o = o0;
   for (; o + kTile <= o1; o += kTile) axpy_panels<Ops, W, Ops::kCols>(w, t, o, tails);
   for (; o + Ops::kLanes <= o1; o += Ops::kLanes) axpy_panels<Ops, W, 1>(w, t, o, tails);
-  for (; o < o1; ++o)  // the columns short of a vector
+  // NOTE: the columns short of a vector sum with explicit fmas, as the vectors do: left to the compiler,
+  // `s += a * w` contracts in some unrolled iterations and not others, and a sum split over j would differ
+  // from the whole one.
+  for (; o < o1; ++o)
     for (int64_t n = 0; n < t.n; ++n) {
-      float s = 0;
-      for (int64_t j = 0; j < t.j; ++j) s += t.a[n][j] * to_f32(w[j * t.w_stride + o]);
+      float s = t.accumulate ? t.y[n][o] : 0.0f;
+      for (int64_t j = 0; j < t.j; ++j) s = std::fma(t.a[n][j], to_f32(w[j * t.w_stride + o]), s);
       t.y[n][o] = s;
     }
 }
@@ -188,4 +193,4 @@ void axpy_rows_impl(const AxpyTask& t, int64_t o0, int64_t o1) {
 }
 
 }  // namespace
-}  // namespace moe::model::kernels
+}  // namespace moe::cpu::kernels

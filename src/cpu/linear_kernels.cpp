@@ -2,6 +2,7 @@
 #include "linear_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -9,7 +10,7 @@
 
 #include "linear_kernels_body.h"
 
-namespace moe::model {
+namespace moe::cpu {
 
 namespace {
 
@@ -74,4 +75,4 @@ void axpy_rows(LinearIsa isa, const AxpyTask& task, int64_t o0, int64_t o1) {
   }
 }
 
-}  // namespace moe::model
+}  // namespace moe::cpu

@@ -1,0 +1,89 @@
+#pragma once
+// The ops the decoder runs, behind one interface that a backend implements: the decoder (causal_lm.cpp,
+// gqa_attention.cpp, mla_attention.cpp) composes layers from these calls only and never touches a tensor's
+// data itself, so that the same decoder runs on any backend's ops. The CPU's (cpu_decoder_ops.cpp) call
+// the ops of src/cpu/; tensors are F32 activations [rows, width] and the checkpoint's weights.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kv_cache.h"
+#include "rope.h"
+#include "moe/core/expert_batch.h"
+#include "moe/model/causal_lm.h"
+
+namespace moe::model {
+
+// Where each sequence's new tokens sit in the batch.
+struct BatchLayout {
+  struct Span {
+    int64_t seq = 0;    // sequence index in the cache
+    int64_t row = 0;    // first row of the batch
+    int64_t count = 0;  // new tokens (> 0)
+    int64_t start = 0;  // position of the first new token (tokens already cached)
+  };
+  std::vector<Span> spans;
+  std::vector<int64_t> positions;  // [T] position of each batch row in its sequence
+  int64_t total = 0;
+};
+
+// Attention's heads: query head h reads KV head h / (heads / kv_heads).
+struct AttentionShape {
+  int64_t heads = 0, kv_heads = 0, dk = 0, dv = 0;
+  double scale = 1.0;  // multiplies q·k
+};
+
+// Multi-head latent attention's sizes, for its absorbed kv_b_proj products.
+struct MlaShape {
+  int64_t heads = 0, nope = 0, rope = 0, v = 0, rank = 0;
+};
+
+class DecoderOps {
+ public:
+  virtual ~DecoderOps() = default;
+
+  // Rows `ids` of the table [V, H] -> [n, H]; an id outside [0, V) is a moe::Error naming it.
+  virtual Tensor embedding(const Tensor& table, std::span<const int32_t> ids) = 0;
+  // residual [T, H] += delta (undefined: nothing to add), then its RMSNorm by weight [H] -> [T, H].
+  virtual Tensor add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, double eps) = 0;
+  // In place over each group of `width` columns of x [T, n] (q/k norms: whole rows or per head).
+  virtual void rms_norm(Tensor& x, const Tensor& weight, double eps, int64_t width) = 0;
+  // In place over columns [0, width) of each row of x [T, n] (MLA's latent inside [latent | k_rot]).
+  virtual void rms_norm_prefix(Tensor& x, const Tensor& weight, double eps, int64_t width) = 0;
+  // x [T, in] · weight [out, in]ᵀ (+ bias [out], or undefined) -> [T, out].
+  virtual Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) = 0;
+  // x clamped to [-clip, clip] in place.
+  virtual void clamp(Tensor& x, float clip) = 0;
+  // RoPE in place on columns [offset, offset + rope dim) of every head of x [T, heads · stride], row t at
+  // positions[t].
+  virtual void rope(const Rope& rope, Tensor& x, int64_t heads, int64_t offset,
+                    std::span<const int64_t> positions) = 0;
+  // The batch's new keys [T, key_row] and values [T, value_row] (strided views allowed) into the cache.
+  virtual void append_kv(ModelKvCache& cache, int64_t layer, const BatchLayout& batch, const Tensor& keys,
+                         const Tensor& values) = 0;
+  // Causal attention of q [T, heads, dk] against each span's cached keys and values -> [T, heads · dv].
+  virtual Tensor attention(const Tensor& q, const ModelKvCache& cache, int64_t layer, const BatchLayout& batch,
+                           const AttentionShape& shape) = 0;
+  // MLA: q [T, heads, nope + rope] -> [T, heads, rank + rope] through kv_b_proj's W_uk (mla_attention.cpp).
+  virtual Tensor mla_absorb_queries(const Tensor& q, const Tensor& kv_b, const MlaShape& shape) = 0;
+  // MLA: context [T, heads, rank] -> [T, heads · v] through kv_b_proj's W_uv.
+  virtual Tensor mla_expand_context(const Tensor& context, const Tensor& kv_b, const MlaShape& shape) = 0;
+  // The dense MLP of a non-MoE layer: x [T, H] -> [T, H].
+  virtual Tensor swiglu_mlp(const Tensor& x, const SwigluWeights& weights) = 0;
+  // Rows `rows` of x [T, H] -> [n, H].
+  virtual Tensor gather_rows(const Tensor& x, std::span<const int64_t> rows) = 0;
+  // The logits: x [n, H] · lm_head [V, H]ᵀ -> [n, V] F32.
+  virtual Tensor lm_head(const Tensor& x, const Tensor& weight) = 0;
+};
+
+// The CPU's ops (src/cpu/), in fp32.
+std::unique_ptr<DecoderOps> make_cpu_decoder_ops();
+
+// CausalLM::load with the decoder on `ops` (CausalLM::load passes the CPU's).
+std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& dir, const ModelOptions& options,
+                                         std::unique_ptr<DecoderOps> ops);
+
+}  // namespace moe::model
