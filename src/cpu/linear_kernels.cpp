@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 #include <utility>
 
 #include "linear_kernels_body.h"
+#include "moe/core/knobs.h"
 
 namespace moe::cpu {
 
@@ -33,8 +32,8 @@ struct Scalar {
 LinearIsa detect() {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (const char* env = std::getenv("MOE_CPU_ISA"); env && std::string(env) == "avx2" && avx2)
-    return LinearIsa::avx2;
+  // NOTE: read once, at the first linear (linear_isa caches the answer), as the experts' ISA is read at set-up.
+  if (Knobs::from_env().cpu_isa == Knobs::CpuIsa::avx2 && avx2) return LinearIsa::avx2;
   if (__builtin_cpu_supports("avx512f") && avx2) return LinearIsa::avx512;
   return avx2 ? LinearIsa::avx2 : LinearIsa::scalar;
 }
