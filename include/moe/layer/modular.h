@@ -47,8 +47,6 @@ class FusedExperts {
   virtual void run(const Tensor& x, const ExpertBatch& batch, Tensor& out) = 0;
 };
 
-enum class Paradigm : uint8_t { contiguous, padded };
-
 // Local (single-rank) stages on the CPU. `copy_rows = false` gives an index-only batch (rows [n_rows, 0])
 // for a FusedExperts stage.
 std::unique_ptr<Prepare> make_local_contiguous_prepare(int n_experts, bool copy_rows = true);
