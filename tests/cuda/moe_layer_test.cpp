@@ -1,14 +1,15 @@
 // The whole CUDA layer against the CPU layer (the oracle) for every family, both paradigms, odd shapes,
 // and replayed from a CUDA graph on fresh inputs.
-#include "moe/cuda/moe_layer.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
 #include "cuda_test_util.h"
+#include "device_layer.h"
 #include "graph_replay.h"
 #include "moe/core/float_convert.h"
+#include "moe/cuda/ops.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
 #include "test_random.h"
@@ -25,16 +26,16 @@ test::ChoiceAgreement run_both(const MoeConfig& config, const MoeWeights& weight
   MoeLayer cpu_layer(config, weights, options);
   const LayerOutput want = cpu_layer.forward(x);
 
-  CudaMoeLayer gpu(config, weights, {.max_tokens = T, .paradigm = options.paradigm,
+  MoeLayer gpu = test::cuda_layer(config, weights, {.max_tokens = T, .paradigm = options.paradigm,
                                      .capacity_factor = options.capacity_factor, .overflow = options.overflow});
   const Tensor xb = x.to(DType::BF16);
   test::Device<uint16_t> d_x(std::vector<uint16_t>(xb.data_as<uint16_t>(), xb.data_as<uint16_t>() + T * H));
   test::Device<float> d_out(T * H), d_weights(T * k);
   test::Device<int32_t> d_ids(T * k);
-  gpu.forward(reinterpret_cast<const bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
+  test::forward_on_device(gpu, d_x.get(), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
   const auto out = d_out.host();
   const auto ids = d_ids.host();
-  const DeviceLoadCounts counts = gpu.read_counts(nullptr);
+  const LoadCounts counts = gpu.read_counts(Stream::cuda(nullptr));
 
   const test::ChoiceAgreement c = test::compare_agreeing_tokens(out, ids, want);
   if (c.same_choices == T) {
@@ -95,7 +96,7 @@ TEST(CudaMoeLayer, DescribesItsPath) {
   test::TestRng rng;
   const MoeConfig config = parse_moe_config(test::cuda_case_config("qwen3_moe", 128, 64, 16, 4));
   const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16);
-  const CudaMoeLayer layer(config, weights, {.max_tokens = 4096});
+  const MoeLayer layer = test::cuda_layer(config, weights, {.max_tokens = 4096});
   EXPECT_EQ(layer.describe_path(1), "fused decode kernel");
   EXPECT_EQ(layer.describe_path(16), "mma.sync grouped GEMMs, 16-row tiles (policy)");  // 4 rows an expert
   const std::string prefill = layer.describe_path(4096);                               // 1024 rows an expert
