@@ -1,9 +1,12 @@
 // The whole CUDA layer against the CPU layer (the oracle) for every family, both paradigms, odd shapes,
 // and replayed from a CUDA graph on fresh inputs.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "device_layer.h"
@@ -124,6 +127,40 @@ TEST(CudaMoeLayer, PaddedParadigmBothPolicies) {
                                   {.paradigm = Paradigm::padded, .capacity_factor = factor, .overflow = policy}),
                          std::string(type) + " factor " + std::to_string(factor));
       }
+}
+
+// The host path (MoeLayer::forward of host tensors on the CUDA stages) splits a batch larger than
+// max_tokens into chunks: each chunk's output, routing and counters must be the device forward's of the same
+// rows, bit for bit, and the statistics must cover the whole batch.
+TEST(CudaMoeLayer, HostPathInChunksEqualsDeviceForwards) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  const MoeConfig config = parse_moe_config(test::cuda_case_config("qwen2_moe", 128, 64, 16, 4));
+  const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
+  const int64_t T = 40, chunk = 16, H = config.hidden_size, k = config.router.top_k;
+  const Tensor x = rng.normal_tensor({T, H}).to(DType::BF16);
+  MoeLayer layer = test::cuda_layer(config, weights, {.max_tokens = chunk});
+  const LayerOutput got = layer.forward(x);
+  ASSERT_EQ(got.hidden_states.shape(), (std::vector<int64_t>{T, H}));
+  std::vector<int64_t> tokens_per_expert(config.router.n_experts, 0);
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t n = std::min(chunk, T - t0);
+    const uint16_t* rows = x.data_as<uint16_t>() + t0 * H;
+    test::Device<uint16_t> d_x(std::vector<uint16_t>(rows, rows + n * H));
+    test::Device<float> d_out(n * H), d_weights(n * k);
+    test::Device<int32_t> d_ids(n * k);
+    test::forward_on_device(layer, d_x.get(), n, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
+    const std::vector<float> out = d_out.host();
+    const std::vector<int32_t> ids = d_ids.host();
+    EXPECT_EQ(std::memcmp(out.data(), got.hidden_states.data_as<float>() + t0 * H, n * H * sizeof(float)), 0)
+        << "chunk at token " << t0;
+    EXPECT_EQ(std::memcmp(ids.data(), got.topk.ids.data_as<int32_t>() + t0 * k, n * k * sizeof(int32_t)), 0)
+        << "chunk at token " << t0;
+    const LoadCounts counts = layer.read_counts(Stream::cuda(nullptr));
+    for (size_t e = 0; e < tokens_per_expert.size(); ++e) tokens_per_expert[e] += counts.tokens_per_expert[e];
+  }
+  EXPECT_EQ(got.stats.tokens_per_expert, tokens_per_expert);
+  EXPECT_GT(got.timings.experts_ms, 0.0);
 }
 
 // T = 33: the fused router and the mma.sync GEMMs; T = 700: RouterGemm (cuBLAS) and the wgmma GEMMs with
