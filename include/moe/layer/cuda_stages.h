@@ -1,0 +1,37 @@
+#pragma once
+// The local stages on one GPU (the CUDA ops of moe/cuda/ops.h): the fp32 router (one fused launch for small
+// batches, RouterGemm + top-k otherwise), the permute with the grouped GEMMs' tile map, the grouped GEMMs
+// (mma.sync or wgmma, gate+up with SwiGLU fused, then down), and the weighted combine with the shared
+// experts added; batches of up to the decode limit run the fused decode kernel instead. Weights are uploaded
+// and every workspace sized once, for max_tokens, at construction: a forward enqueues on its stream only
+// (no allocation, no synchronisation) and can be captured in a CUDA graph.
+// This header needs no CUDA headers: the stages take device tensors and a Stream (core/stream.h).
+
+#include <cstdint>
+
+#include "moe/layer/moe_config.h"
+#include "moe/layer/moe_weights.h"
+#include "moe/layer/stages.h"
+
+namespace moe {
+
+struct CudaLayerOptions {
+  int64_t max_tokens = 8192;
+  Paradigm paradigm = Paradigm::contiguous;
+  double capacity_factor = 1.0;
+  OverflowPolicy overflow = OverflowPolicy::drop;
+};
+
+// Uploads the weights (experts as bf16, the router in fp32) to the current device and sizes the workspace.
+// Throws moe::Error for sizes the kernels do not handle (hidden_size must be a multiple of 64; expert and
+// shared intermediate sizes are zero-padded to a multiple of 64 at upload, which is exact).
+// MoeLayer's device forward of these stages takes x [T, H] BF16 on the device, T <= max_tokens, and a
+// Stream::cuda. Its host forward (the host-tensor convenience path) sends x up as bf16 in chunks of at most
+// max_tokens through pinned staging and a stream of its own, brings out, topk and the load statistics back
+// as host tensors (timings.experts_ms: the device time of the forwards), and synchronises.
+LayerStages make_cuda_stages(const MoeConfig& config, const MoeWeights& weights, CudaLayerOptions options = {});
+
+// Whether a CUDA device is present and usable by this process.
+bool cuda_device_available();
+
+}  // namespace moe
