@@ -7,7 +7,7 @@ namespace moe::cli::detail {
 
 void run_layer_ep_cuda(const MoeConfig& config, const MoeWeights& weights, const Tensor& x, const EpLayerArgs& args) {
   const std::unique_ptr<ep::Communicator> host = ep::make_mpi_communicator();
-  const ep::Placement placement = ep::resolve_placement(args.placement, config.router.n_experts, host->size());
+  const ep::Placement placement = run_placement(args, config.router.n_experts, host->size());
   ep::EpOutput out;
   {
     const std::unique_ptr<ep::DeviceCommunicator> comm = ep::make_nccl_communicator(*host);

@@ -57,11 +57,9 @@ CudaEpMoeLayer::CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config
   s.E = config.router.n_experts;
   s.k = config.router.top_k;
   s.max_tokens = std::max<int64_t>(max_tokens, 1);
-  MOE_CHECK(s.H % 64 == 0, "expert parallelism on GPUs needs a hidden_size that is a multiple of 64, got {}: use "
-            "--backend cpu for this model", s.H);
-  MOE_CHECK(placement.n_experts == s.E, "placement for {} experts, the model has {}", placement.n_experts, s.E);
-  MOE_CHECK(placement.n_ranks == comm.size(), "placement for {} ranks, but {} are running (mpirun -np {})",
-            placement.n_ranks, comm.size(), placement.n_ranks);
+  MOE_CHECK(s.H % 64 == 0, "expert parallelism on GPUs needs a hidden_size that is a multiple of 64, got {}: run "
+            "this model's expert parallelism on the CPU", s.H);
+  check_placement(placement, static_cast<int>(s.E), comm.size());
   const std::vector<int32_t> mine = placement.rank_experts[comm.rank()];
   s.slots = static_cast<int>(mine.size());
   MOE_CHECK(s.slots + 1 <= 1024, "rank {} holds {} experts; the CUDA permute handles up to 1023 per rank", comm.rank(),

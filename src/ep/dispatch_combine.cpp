@@ -53,8 +53,7 @@ class EpFinalize final : public Finalize {
 
 EpExchange::EpExchange(Communicator& comm, Placement placement, Transfer transfer, int top_k)
     : comm_(comm), placement_(std::move(placement)), transfer_(transfer), top_k_(top_k) {
-  MOE_CHECK(placement_.n_ranks == comm_.size(), "placement for {} ranks, but {} are running (mpirun -np {})",
-            placement_.n_ranks, comm_.size(), placement_.n_ranks);
+  check_placement(placement_, placement_.n_experts, comm_.size());
   MOE_CHECK(top_k_ >= 1, "top_k {} must be at least 1", top_k_);
 }
 

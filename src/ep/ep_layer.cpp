@@ -66,10 +66,7 @@ EpMoeLayer::EpMoeLayer(Communicator& comm, MoeConfig config, MoeWeights weights,
                        Transfer transfer)
     : comm_(comm), config_(std::move(config)), weights_(std::move(weights)) {
   routing::validate(config_.router);
-  MOE_CHECK(placement.n_experts == config_.router.n_experts, "placement for {} experts, the model has {}",
-            placement.n_experts, config_.router.n_experts);
-  MOE_CHECK(placement.n_ranks == comm_.size(), "placement for {} ranks, but {} are running (mpirun -np {})",
-            placement.n_ranks, comm_.size(), placement.n_ranks);
+  check_placement(placement, config_.router.n_experts, comm_.size());
   for (int32_t e : placement.rank_experts[comm_.rank()]) local_experts_.push_back(weights_.experts[e]);
   // NOTE: only this rank's experts stay referenced; the other views are dropped (their pages never touched).
   weights_.experts.clear();

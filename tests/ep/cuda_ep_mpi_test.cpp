@@ -200,15 +200,15 @@ TEST_P(CudaEpAllFamilies, F32CombineCloserThanBf16) {
   }
 }
 
-// Wires the GPU path does not have are refused with the option that fixes them: an f32 dispatch (the
-// layer's input is bf16 already) and an fp8 combine.
+// Wires the GPU path does not have are refused naming the wires that work: an f32 dispatch (the layer's
+// input is bf16 already) and an fp8 combine.
 TEST(CudaEp, UnsupportedWiresRefused) {
   MOE_SKIP_WITHOUT_GPU_RANKS();
   test::TestRng rng(shared_seed());
   const Block b = make_block("mixtral", 4, rng, 8, 2);
   const std::pair<EpWires, std::string> cases[] = {
-      {{.dispatch = Transfer::f32}, "--ep-transfer bf16 or fp8"},
-      {{.dispatch = Transfer::bf16, .combine = Transfer::fp8}, "--ep-combine bf16 or f32"}};
+      {{.dispatch = Transfer::f32}, "bf16 or fp8 dispatch wire"},
+      {{.dispatch = Transfer::bf16, .combine = Transfer::fp8}, "bf16 or f32 combine wire"}};
   for (const auto& [wires, fix] : cases) {
     try {
       CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()), wires, 4);
