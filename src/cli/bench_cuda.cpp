@@ -13,7 +13,8 @@
 #include "moe/cuda/captured_graph.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/device_buffer.h"
-#include "moe/cuda/moe_layer.h"
+#include "moe/layer/cuda_stages.h"
+#include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
 
 namespace moe::cli {
@@ -91,7 +92,7 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
   shape_router_for_routing(weights, routing, 99);
   const int64_t T_max = *std::max_element(tokens.begin(), tokens.end());
   const int64_t H = config.hidden_size, k = config.router.top_k;
-  cuda::CudaMoeLayer layer(config, weights, {.max_tokens = T_max});
+  MoeLayer layer(config, make_cuda_stages(config, weights, {.max_tokens = T_max}));
 
   std::vector<std::unique_ptr<cuda::DeviceBuffer<uint16_t>>> inputs;
   for (int i = 0; i < kInputs; ++i) {
@@ -103,18 +104,22 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
   }
   cuda::DeviceBuffer<float> out(T_max * H), topk_weights(T_max * k);
   cuda::DeviceBuffer<int32_t> topk_ids(T_max * k);
+  const auto on_device = [](void* p, DType dtype, std::vector<int64_t> shape) {
+    return Tensor::view(p, dtype, std::move(shape), nullptr, Device::cuda);
+  };
 
   std::vector<BenchRow> rows;
   for (int64_t T : tokens) {
     std::vector<cuda::CapturedGraph> graphs;
     double touched = 0;
     for (int i = 0; i < kInputs; ++i) {
-      auto forward = [&] {
-        layer.forward(reinterpret_cast<const cuda::bf16*>(inputs[i]->get()), T, out.get(), topk_ids.get(),
-                      topk_weights.get(), stream);
-      };
+      const Tensor x = on_device(inputs[i]->get(), DType::BF16, {T, H});  // [T, H]
+      const TopK topk{.ids = on_device(topk_ids.get(), DType::I32, {T, k}),
+                      .weights = on_device(topk_weights.get(), DType::F32, {T, k})};
+      Tensor y = on_device(out.get(), DType::F32, {T, H});  // [T, H]
+      auto forward = [&, x, topk, y]() mutable { layer.forward(x, topk, y, Stream::cuda(stream)); };
       forward();  // outside the capture: lazy kernel attributes, cuBLAS heuristics
-      const cuda::DeviceLoadCounts counts = layer.read_counts(stream);
+      const LoadCounts counts = layer.read_counts(Stream::cuda(stream));
       touched += std::count_if(counts.tokens_per_expert.begin(), counts.tokens_per_expert.end(),
                                [](int64_t c) { return c > 0; });
       graphs.emplace_back(stream, forward, cudaStreamCaptureModeThreadLocal);

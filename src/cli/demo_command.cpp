@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "layer_cuda.h"
 #include "moe/core/thread_pool.h"
+#include "moe/cpu/fast_experts.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
 

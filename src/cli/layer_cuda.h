@@ -10,7 +10,7 @@ namespace moe::cli {
 bool cuda_available();
 
 // x [T, H] F32/BF16/F16 (rounded to bf16 on the way in). Throws moe::Error without a GPU or CUDA build.
-// timings.experts_ms holds the whole forward (CUDA events); the other stages are inside it.
+// timings.experts_ms holds the whole device forward (CUDA events); the other stages are inside it.
 LayerOutput run_layer_cuda(const MoeConfig& config, const MoeWeights& weights, const Tensor& x,
                            const LayerOptions& options);
 

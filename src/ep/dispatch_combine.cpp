@@ -32,7 +32,7 @@ struct WirePair {
 class EpPrepare final : public Prepare {
  public:
   explicit EpPrepare(std::shared_ptr<EpExchange> exchange) : exchange_(std::move(exchange)) {}
-  ExpertBatch prepare(const Tensor& x, const TopK& topk) override { return exchange_->dispatch(x, topk); }
+  ExpertBatch prepare(const Tensor& x, const TopK& topk, Stream) override { return exchange_->dispatch(x, topk); }
 
  private:
   std::shared_ptr<EpExchange> exchange_;
@@ -41,8 +41,12 @@ class EpPrepare final : public Prepare {
 class EpFinalize final : public Finalize {
  public:
   explicit EpFinalize(std::shared_ptr<EpExchange> exchange) : exchange_(std::move(exchange)) {}
-  Tensor finalize(const Tensor& expert_out, const ExpertBatch& batch) override {
-    return exchange_->combine(cpu::unpermute(expert_out, batch));  // [copies_received, H] -> [T_local, H]
+  void finalize(const Tensor&, const RouterOutput&, const Tensor& expert_out, const ExpertBatch& batch, Tensor& out,
+                Stream) override {
+    const Tensor y = exchange_->combine(cpu::unpermute(expert_out, batch));  // [copies_received, H] -> [T_local, H]
+    MOE_CHECK(out.shape() == y.shape() && out.is_contiguous(), "the combine's output is {}, expected {}",
+              out.shape_string(), y.shape_string());
+    std::memcpy(out.data(), y.data(), y.nbytes());
   }
 
  private:

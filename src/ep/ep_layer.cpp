@@ -103,7 +103,8 @@ EpOutput EpMoeLayer::forward(const Tensor& input) {
   const Tensor expert_out = experts_->run(batch);  // [pairs_served, H]
   timings.experts_ms = ms_since(start);
   start = Clock::now();
-  Tensor y = finalize_->finalize(expert_out, batch);  // [T_local, H]
+  Tensor y = Tensor::empty(DType::F32, {T_local, H});  // [T_local, H]
+  finalize_->finalize(x, RouterOutput{topk, Tensor()}, expert_out, batch, y);
   timings.finalize_ms = ms_since(start);
 
   // Shared experts are replicated: each rank adds them to its own tokens, as the single-rank layer does.

@@ -2,12 +2,7 @@
 
 #include <chrono>
 #include <cmath>
-
-#include <numeric>
-
-#include "moe/cpu/fast_experts.h"
-#include "moe/cpu/ops.h"
-#include "moe/layer/shared_experts.h"
+#include <cstring>
 
 namespace moe {
 
@@ -17,6 +12,18 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// The counters of a host batch, or of a device one copied over by the stages.
+std::vector<int64_t> counts_on_host(const LayerStages& stages, const Tensor& counts, Stream stream) {
+  if (!counts.defined()) return {};
+  if (counts.device() != Device::cpu) {
+    MOE_CHECK(stages.counts_to_host, "device stages without a way to read their counters back (counts_to_host)");
+    return stages.counts_to_host(counts, stream);
+  }
+  const int64_t n = counts.numel();
+  if (counts.dtype() == DType::I64) return {counts.data_as<int64_t>(), counts.data_as<int64_t>() + n};
+  return {counts.data_as<int32_t>(), counts.data_as<int32_t>() + n};
 }
 
 }  // namespace
@@ -35,90 +42,92 @@ Tensor layer_input_f32(const Tensor& x, int64_t hidden) {
 }
 
 MoeLayer::MoeLayer(MoeConfig config, MoeWeights weights, LayerOptions options)
-    : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
-  routing::validate(config_.router);
-  MOE_CHECK(static_cast<int>(weights_.experts.size()) == config_.router.n_experts, "{} expert weights for {} experts",
-            weights_.experts.size(), config_.router.n_experts);
-  const int E = config_.router.n_experts;
-  // NOTE: a CPU without AVX2 runs the reference experts whatever was asked (the fast kernels need it).
-  const bool fast = options_.cpu_experts == CpuExperts::fast && cpu::fast_experts_available();
-  prepare_ = options_.paradigm == Paradigm::contiguous
-                 ? make_local_contiguous_prepare(E, /*copy_rows=*/!fast)
-                 : make_local_padded_prepare(E, options_.capacity_factor, options_.overflow, /*copy_rows=*/!fast);
-  if (options_.paradigm == Paradigm::padded) expert_capacity(options_.capacity_factor, 1, 1, E);  // validates
-  if (!fast) {
-    experts_ = make_cpu_reference_experts(weights_.experts);
-    finalize_ = make_local_finalize();
+    : MoeLayer(config, make_cpu_stages(config, std::move(weights), options)) {}
+
+MoeLayer::MoeLayer(MoeConfig config, LayerStages stages) : config_(std::move(config)), stages_(std::move(stages)) {
+  MOE_CHECK(stages_.router && stages_.prepare, "a MoE layer needs a router and a prepare stage");
+  MOE_CHECK(stages_.fused ? !stages_.experts && !stages_.finalize : stages_.experts && stages_.finalize,
+            "a MoE layer needs either experts and finalize stages or a fused experts stage, not both");
+}
+
+void MoeLayer::run(const Tensor& x, const TopK& topk, Tensor& out, Stream stream, LayerTimings* timings) {
+  const auto lap = [&](double LayerTimings::*field, Clock::time_point start) {
+    if (timings) timings->*field = ms_since(start);
+  };
+  const int64_t T = x.size(0);
+  if (stages_.small_batch && T <= stages_.small_batch->max_tokens()) {
+    last_ = stages_.small_batch->forward(x, topk, out, stream);
     return;
   }
-  isa_ = cpu::detect_isa();
-  prefetch_ = cpu::detect_stream_prefetch();
-  fused_ = make_cpu_fast_experts(weights_.experts, options_.cpu_weights);
-  if (config_.shared != SharedExpertKind::none) shared_packed_ = cpu::pack_expert(weights_.shared, options_.cpu_weights);
-  // NOTE: the packed copies are all the fast path reads; dropping the views frees converted or random weights.
-  for (SwigluWeights& w : weights_.experts) w = {};
-  weights_.shared.gate = weights_.shared.up = weights_.shared.down = Tensor();
-  router_f32_ = weights_.router.to_f32();
-  if (!router_f32_.is_contiguous()) router_f32_ = Tensor();  // the reference router reads strided rows
+  auto start = Clock::now();
+  RouterOutput routed;
+  routed.topk = topk;
+  stages_.router->route(x, routed, stream);
+  lap(&LayerTimings::router_ms, start);
+
+  start = Clock::now();
+  const ExpertBatch batch = stages_.prepare->prepare(x, topk, stream);
+  lap(&LayerTimings::prepare_ms, start);
+  start = Clock::now();
+  if (stages_.fused) {
+    MOE_CHECK(out.device() == Device::cpu, "the fused experts stage adds into a host output");
+    if (out.nbytes() > 0) std::memset(out.data(), 0, out.nbytes());
+    stages_.fused->run(x, batch, out, stream);
+    lap(&LayerTimings::experts_ms, start);
+  } else {
+    const Tensor expert_out = stages_.experts->run(batch, stream);  // [n_rows, H]
+    lap(&LayerTimings::experts_ms, start);
+    start = Clock::now();
+    stages_.finalize->finalize(x, routed, expert_out, batch, out, stream);  // [T, H]
+    lap(&LayerTimings::finalize_ms, start);
+  }
+
+  start = Clock::now();
+  if (stages_.shared) stages_.shared->add(x, routed, out, stream);
+  lap(&LayerTimings::shared_ms, start);
+  last_ = ExpertBatch();
+  last_.dropped_per_expert = batch.dropped_per_expert;
+  last_.routed_counts = batch.routed_counts;
+  last_.capacity = batch.capacity;
 }
 
 LayerOutput MoeLayer::forward(const Tensor& input) {
+  if (stages_.device != Device::cpu) {
+    MOE_CHECK(stages_.host_forward, "device stages without a host path (host_forward)");
+    return stages_.host_forward(*this, input);
+  }
   const int64_t H = config_.hidden_size;
   const Tensor x = layer_input_f32(input, H);  // [T, H] F32
   const int64_t T = x.size(0);
   const int E = config_.router.n_experts, k = config_.router.top_k;
   LayerOutput out;
-
-  auto start = Clock::now();
-  const Tensor logits = router_f32_.defined() ? cpu::router_logits_fast(x, router_f32_)
-                                              : cpu::router_logits(x, weights_.router);  // [T, E]
   out.topk.ids = Tensor::empty(DType::I32, {T, k});
   out.topk.weights = Tensor::empty(DType::F32, {T, k});
-  const Tensor& bias = weights_.correction_bias;
-  routing::route(config_.router, {logits.data_as<float>(), static_cast<size_t>(T * E)},
-                 bias.defined() ? std::span<const float>(bias.data_as<float>(), E) : std::span<const float>(), T,
-                 {out.topk.ids.data_as<int32_t>(), static_cast<size_t>(T * k)},
-                 {out.topk.weights.data_as<float>(), static_cast<size_t>(T * k)});
-  out.timings.router_ms = ms_since(start);
-
-  start = Clock::now();
-  const ExpertBatch batch = prepare_->prepare(x, out.topk);
-  out.timings.prepare_ms = ms_since(start);
-  start = Clock::now();
-  if (fused_) {
-    out.hidden_states = Tensor::zeros(DType::F32, {T, H});  // [T, H]
-    fused_->run(x, batch, out.hidden_states);
-    out.timings.experts_ms = ms_since(start);
-  } else {
-    const Tensor expert_out = experts_->run(batch);  // [n_rows, H]
-    out.timings.experts_ms = ms_since(start);
-    start = Clock::now();
-    out.hidden_states = finalize_->finalize(expert_out, batch);  // [T, H]
-    out.timings.finalize_ms = ms_since(start);
-  }
-
-  start = Clock::now();
-  if (shared_packed_) {
-    // The shared expert on the fast kernels: every token, weight 1 or sigmoid(x · shared_gateᵀ).
-    std::vector<int32_t> tokens(T);
-    std::iota(tokens.begin(), tokens.end(), 0);
-    std::vector<float> gate(T, 1.0f);
-    if (config_.shared == SharedExpertKind::sigmoid_gated) {
-      const Tensor gate_logit = cpu::router_logits(x, weights_.shared_gate);  // [T, 1]
-      for (int64_t t = 0; t < T; ++t)
-        gate[t] = static_cast<float>(1.0 / (1.0 + std::exp(-double{gate_logit.data_as<float>()[t]})));
-    }
-    const cpu::ExpertRows shared{.expert = shared_packed_.get(), .token = tokens.data(), .weight = gate.data(), .count = T};
-    cpu::fused_swiglu_experts({&shared, 1}, x, out.hidden_states, isa_, prefetch_);
-  } else {
-    add_shared_experts_reference(config_, weights_, x, out.hidden_states);
-  }
-  out.timings.shared_ms = ms_since(start);
-
+  out.hidden_states = Tensor::empty(DType::F32, {T, H});  // [T, H]
+  run(x, out.topk, out.hidden_states, Stream(), &out.timings);
+  const std::vector<int64_t> dropped = counts_on_host(stages_, last_.dropped_per_expert, Stream());
   out.stats = routing::compute_load_stats({out.topk.ids.data_as<int32_t>(), static_cast<size_t>(T * k)}, T, k, E,
-                                          {batch.dropped_per_expert.data_as<int64_t>(), static_cast<size_t>(E)},
-                                          batch.capacity);
+                                          dropped, last_.capacity);
   return out;
+}
+
+void MoeLayer::forward(const Tensor& x, const TopK& topk, Tensor& out, Stream stream) {
+  const int64_t T = x.size(0);
+  MOE_CHECK(stages_.max_tokens == 0 || (T >= 0 && T <= stages_.max_tokens),
+            "{} tokens exceed the workspace of {} (max_tokens)", T, stages_.max_tokens);
+  // NOTE: device kernels cannot launch an empty grid; a batch of no tokens enqueues nothing there.
+  if (T == 0 && stages_.device != Device::cpu) return;
+  run(x, topk, out, stream, nullptr);
+}
+
+LoadCounts MoeLayer::read_counts(Stream stream) const {
+  return {.tokens_per_expert = counts_on_host(stages_, last_.routed_counts, stream),
+          .dropped_per_expert = counts_on_host(stages_, last_.dropped_per_expert, stream),
+          .capacity = last_.capacity};
+}
+
+std::string MoeLayer::describe_path(int64_t n_tokens) const {
+  return stages_.describe_path ? stages_.describe_path(n_tokens) : std::string();
 }
 
 }  // namespace moe

@@ -1,14 +1,17 @@
 #include "moe_block.h"
 
+#if MOE_WITH_CUDA
+#include "moe/layer/cuda_stages.h"
+#endif
+
 namespace moe::model {
 
 namespace {
 
-class CpuMoeBlock final : public MoeBlock {
+// Any MoeLayer: its host forward runs the CPU stages in place, or the CUDA stages through pinned staging.
+class LayerMoeBlock final : public MoeBlock {
  public:
-  CpuMoeBlock(const MoeConfig& config, MoeWeights weights, const ModelOptions& options)
-      : layer_(config, std::move(weights),
-               LayerOptions{.cpu_experts = options.cpu_experts, .cpu_weights = options.cpu_weights}) {}
+  explicit LayerMoeBlock(MoeLayer layer) : layer_(std::move(layer)) {}
 
   MoeBlockOutput forward(const Tensor& x) override {
     LayerOutput out = layer_.forward(x);
@@ -38,14 +41,24 @@ std::unique_ptr<MoeBlock> make_function_moe_block(ModelOptions::MoeBlockFn fn) {
 }
 
 std::unique_ptr<MoeBlock> make_cpu_moe_block(const MoeConfig& config, MoeWeights weights, const ModelOptions& options) {
-  return std::make_unique<CpuMoeBlock>(config, std::move(weights), options);
+  return std::make_unique<LayerMoeBlock>(
+      MoeLayer(config, std::move(weights),
+               LayerOptions{.cpu_experts = options.cpu_experts, .cpu_weights = options.cpu_weights}));
 }
 
-#if !MOE_WITH_CUDA
-std::unique_ptr<MoeBlock> make_cuda_moe_block(const MoeConfig&, const MoeWeights&, const ModelOptions&) {
+std::unique_ptr<MoeBlock> make_cuda_moe_block(const MoeConfig& config, const MoeWeights& weights,
+                                              const ModelOptions& options) {
+#if MOE_WITH_CUDA
+  MOE_CHECK(cuda_device_available(), "backend cuda: no GPU is visible (use the cpu backend)");
+  MOE_CHECK(options.max_batched_tokens >= 1, "max_batched_tokens must be at least 1, got {}",
+            options.max_batched_tokens);
+  return std::make_unique<LayerMoeBlock>(
+      MoeLayer(config, make_cuda_stages(config, weights, {.max_tokens = options.max_batched_tokens})));
+#else
+  (void)config, (void)weights, (void)options;
   MOE_FAIL("this build of moe has no CUDA backend (configure with -DMOE_CUDA=ON on a machine with nvcc), "
            "use the cpu backend");
-}
 #endif
+}
 
 }  // namespace moe::model

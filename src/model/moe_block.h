@@ -1,7 +1,7 @@
 #pragma once
-// One decoder layer's MoE block behind a backend-neutral interface: the CPU runs moe::MoeLayer, the CUDA
-// backend moe::cuda::CudaMoeLayer (moe_block_cuda.cpp, compiled only with CUDA, so that no other model
-// file sees a CUDA header).
+// One decoder layer's MoE block behind a backend-neutral interface: a moe::MoeLayer of the CPU stages or of
+// the CUDA stages (run through the layer's host path), or a caller's function. model/ sees only layer/ and
+// core/ headers; whatever CUDA needs lives behind layer/cuda_stages.h.
 
 #include <memory>
 

@@ -32,7 +32,7 @@
 #include "moe/core/thread_pool.h"
 #include "moe/cpu/fast_experts.h"
 #include "moe/cpu/ops.h"
-#include "moe/layer/modular.h"
+#include "moe/layer/cpu_stages.h"
 #include "median_check.h"
 #include "scoped_env.h"
 #include "test_random.h"

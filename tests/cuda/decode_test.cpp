@@ -1,8 +1,9 @@
-// The fused decode path (decode.cu) through CudaMoeLayer, against the CPU layer (the oracle): every routing
-// method (softmax, grouped greedy, DeepSeek-V3's grouped sigmoid + bias, top-k-then-softmax), shared
-// experts plain and sigmoid-gated, 1..8 tokens, sizes that split rows into several segments; the same
-// choices and weights as the CPU router, every output written, the load counters, and graph replays on
-// fresh inputs equal to eager runs (which also proves the grid barrier resets between launches).
+// The fused decode path (decode.cu) through the CUDA layer (a MoeLayer of the CUDA stages), against the CPU
+// layer (the oracle): every routing method (softmax, grouped greedy, DeepSeek-V3's grouped sigmoid + bias,
+// top-k-then-softmax), shared experts plain and sigmoid-gated, 1..8 tokens, sizes that split rows into
+// several segments; the same choices and weights as the CPU router, every output written, the load counters,
+// and graph replays on fresh inputs equal to eager runs (which also proves the grid barrier resets between
+// launches).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,9 +13,10 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "device_layer.h"
 #include "graph_replay.h"
 #include "moe/cuda/captured_graph.h"
-#include "moe/cuda/moe_layer.h"
+#include "moe/cuda/ops.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
 #include "scoped_env.h"
@@ -40,16 +42,16 @@ void expect_decode_matches_cpu(const MoeConfig& config, const MoeWeights& weight
   MoeLayer cpu_layer(config, weights);
   const LayerOutput want = cpu_layer.forward(xb.to_f32());
 
-  CudaMoeLayer gpu(config, weights, {.max_tokens = T});
+  MoeLayer gpu = test::cuda_layer(config, weights, {.max_tokens = T});
   test::Device<uint16_t> d_x(std::vector<uint16_t>(xb.data_as<uint16_t>(), xb.data_as<uint16_t>() + T * H));
   test::Device<float> d_out(T * H), d_weights(T * k);
   test::Device<int32_t> d_ids(T * k);
   MOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, T * H * sizeof(float)));  // NaN: unwritten outputs show
-  gpu.forward(reinterpret_cast<const bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
+  test::forward_on_device(gpu, d_x.get(), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
   const auto out = d_out.host();
   const auto ids = d_ids.host();
   const auto topk_weights = d_weights.host();
-  const DeviceLoadCounts counts = gpu.read_counts(nullptr);
+  const LoadCounts counts = gpu.read_counts(Stream::cuda(nullptr));
 
   for (int64_t i = 0; i < T * k; ++i) {
     ASSERT_EQ(ids[i], want.topk.ids.data_as<int32_t>()[i]) << "token " << i / k << " choice " << i % k;
@@ -157,7 +159,7 @@ TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
     config.shared_intermediate_size = 0;
     const MoeWeights weights = random_moe_weights(config, 1234, DType::BF16);
     const int64_t Tm = 8, H = sh.H;
-    CudaMoeLayer gpu(config, weights, {.max_tokens = Tm});
+    MoeLayer gpu = test::cuda_layer(config, weights, {.max_tokens = Tm});
     std::vector<std::unique_ptr<test::Device<uint16_t>>> inputs;
     for (int i = 0; i < 8; ++i) {
       const Tensor x = random_tensor({Tm, H}, 1.0f, 500 + i, DType::BF16);
@@ -172,7 +174,7 @@ TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
       std::vector<CapturedGraph> graphs;
       for (int i = 0; i < 8; ++i) {
         auto forward = [&] {
-          gpu.forward(reinterpret_cast<const bf16*>(inputs[i]->get()), T, d_out.get(), d_ids.get(), d_weights.get(),
+          test::forward_on_device(gpu, inputs[i]->get(), T, d_out.get(), d_ids.get(), d_weights.get(),
                       stream);
         };
         forward();
@@ -199,7 +201,7 @@ TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
           stream,
           [&] {
             for (int i = 0; i < 8; ++i)
-              gpu.forward(reinterpret_cast<const bf16*>(inputs[i]->get()), T, d_out.get(), d_ids.get(),
+              test::forward_on_device(gpu, inputs[i]->get(), T, d_out.get(), d_ids.get(),
                           d_weights.get(), stream);
           },
           cudaStreamCaptureModeThreadLocal);
@@ -218,9 +220,9 @@ TEST(CudaDecode, DISABLED_PhaseTimesOnBenchShapes) {
       std::sort(chained.begin(), chained.end());
       for (auto& e : events) cudaEventDestroy(e);
       // One traced launch right after a launch on another input (its experts cold in L2, as in the replays).
-      gpu.forward(reinterpret_cast<const bf16*>(inputs[2]->get()), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
+      test::forward_on_device(gpu, inputs[2]->get(), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
       decode_trace(true);
-      gpu.forward(reinterpret_cast<const bf16*>(inputs[3]->get()), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
+      test::forward_on_device(gpu, inputs[3]->get(), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
       const std::vector<uint64_t> stamps = decode_trace_read();
       decode_trace(false);
       const size_t blocks = stamps.size() / kDecodeTracePoints;

@@ -6,15 +6,15 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "device_layer.h"
 #include "moe/cuda/captured_graph.h"
-#include "moe/cuda/moe_layer.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe::test {
 
 void expect_graph_replays_match(const MoeConfig& config, const MoeWeights& weights, int64_t T, TestRng& rng) {
   const int64_t H = config.hidden_size, k = config.router.top_k;
-  cuda::CudaMoeLayer gpu(config, weights, {.max_tokens = T});
+  MoeLayer gpu = test::cuda_layer(config, weights, {.max_tokens = T});
   MoeLayer cpu_layer(config, weights);
   Device<uint16_t> d_x(T * H);
   Device<float> d_out(T * H), d_weights(T * k);
@@ -22,7 +22,7 @@ void expect_graph_replays_match(const MoeConfig& config, const MoeWeights& weigh
   cudaStream_t stream;
   MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto forward = [&] {
-    gpu.forward(reinterpret_cast<const cuda::bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
+    test::forward_on_device(gpu, d_x.get(), T, d_out.get(), d_ids.get(), d_weights.get(), stream);
   };
   const auto upload_random_x = [&] {
     const Tensor x = rng.normal_tensor({T, H}, 1.0f, DType::BF16);

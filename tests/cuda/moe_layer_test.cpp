@@ -1,14 +1,18 @@
 // The whole CUDA layer against the CPU layer (the oracle) for every family, both paradigms, odd shapes,
 // and replayed from a CUDA graph on fresh inputs.
-#include "moe/cuda/moe_layer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "cuda_test_util.h"
+#include "device_layer.h"
 #include "graph_replay.h"
 #include "moe/core/float_convert.h"
+#include "moe/cuda/ops.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
 #include "test_random.h"
@@ -25,16 +29,16 @@ test::ChoiceAgreement run_both(const MoeConfig& config, const MoeWeights& weight
   MoeLayer cpu_layer(config, weights, options);
   const LayerOutput want = cpu_layer.forward(x);
 
-  CudaMoeLayer gpu(config, weights, {.max_tokens = T, .paradigm = options.paradigm,
+  MoeLayer gpu = test::cuda_layer(config, weights, {.max_tokens = T, .paradigm = options.paradigm,
                                      .capacity_factor = options.capacity_factor, .overflow = options.overflow});
   const Tensor xb = x.to(DType::BF16);
   test::Device<uint16_t> d_x(std::vector<uint16_t>(xb.data_as<uint16_t>(), xb.data_as<uint16_t>() + T * H));
   test::Device<float> d_out(T * H), d_weights(T * k);
   test::Device<int32_t> d_ids(T * k);
-  gpu.forward(reinterpret_cast<const bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
+  test::forward_on_device(gpu, d_x.get(), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
   const auto out = d_out.host();
   const auto ids = d_ids.host();
-  const DeviceLoadCounts counts = gpu.read_counts(nullptr);
+  const LoadCounts counts = gpu.read_counts(Stream::cuda(nullptr));
 
   const test::ChoiceAgreement c = test::compare_agreeing_tokens(out, ids, want);
   if (c.same_choices == T) {
@@ -95,7 +99,7 @@ TEST(CudaMoeLayer, DescribesItsPath) {
   test::TestRng rng;
   const MoeConfig config = parse_moe_config(test::cuda_case_config("qwen3_moe", 128, 64, 16, 4));
   const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16);
-  const CudaMoeLayer layer(config, weights, {.max_tokens = 4096});
+  const MoeLayer layer = test::cuda_layer(config, weights, {.max_tokens = 4096});
   EXPECT_EQ(layer.describe_path(1), "fused decode kernel");
   EXPECT_EQ(layer.describe_path(16), "mma.sync grouped GEMMs, 16-row tiles (policy)");  // 4 rows an expert
   const std::string prefill = layer.describe_path(4096);                               // 1024 rows an expert
@@ -123,6 +127,40 @@ TEST(CudaMoeLayer, PaddedParadigmBothPolicies) {
                                   {.paradigm = Paradigm::padded, .capacity_factor = factor, .overflow = policy}),
                          std::string(type) + " factor " + std::to_string(factor));
       }
+}
+
+// The host path (MoeLayer::forward of host tensors on the CUDA stages) splits a batch larger than
+// max_tokens into chunks: each chunk's output, routing and counters must be the device forward's of the same
+// rows, bit for bit, and the statistics must cover the whole batch.
+TEST(CudaMoeLayer, HostPathInChunksEqualsDeviceForwards) {
+  MOE_SKIP_WITHOUT_GPU();
+  test::TestRng rng;
+  const MoeConfig config = parse_moe_config(test::cuda_case_config("qwen2_moe", 128, 64, 16, 4));
+  const MoeWeights weights = random_moe_weights(config, rng.engine()(), DType::BF16, 4.0f);
+  const int64_t T = 40, chunk = 16, H = config.hidden_size, k = config.router.top_k;
+  const Tensor x = rng.normal_tensor({T, H}).to(DType::BF16);
+  MoeLayer layer = test::cuda_layer(config, weights, {.max_tokens = chunk});
+  const LayerOutput got = layer.forward(x);
+  ASSERT_EQ(got.hidden_states.shape(), (std::vector<int64_t>{T, H}));
+  std::vector<int64_t> tokens_per_expert(config.router.n_experts, 0);
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t n = std::min(chunk, T - t0);
+    const uint16_t* rows = x.data_as<uint16_t>() + t0 * H;
+    test::Device<uint16_t> d_x(std::vector<uint16_t>(rows, rows + n * H));
+    test::Device<float> d_out(n * H), d_weights(n * k);
+    test::Device<int32_t> d_ids(n * k);
+    test::forward_on_device(layer, d_x.get(), n, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
+    const std::vector<float> out = d_out.host();
+    const std::vector<int32_t> ids = d_ids.host();
+    EXPECT_EQ(std::memcmp(out.data(), got.hidden_states.data_as<float>() + t0 * H, n * H * sizeof(float)), 0)
+        << "chunk at token " << t0;
+    EXPECT_EQ(std::memcmp(ids.data(), got.topk.ids.data_as<int32_t>() + t0 * k, n * k * sizeof(int32_t)), 0)
+        << "chunk at token " << t0;
+    const LoadCounts counts = layer.read_counts(Stream::cuda(nullptr));
+    for (size_t e = 0; e < tokens_per_expert.size(); ++e) tokens_per_expert[e] += counts.tokens_per_expert[e];
+  }
+  EXPECT_EQ(got.stats.tokens_per_expert, tokens_per_expert);
+  EXPECT_GT(got.timings.experts_ms, 0.0);
 }
 
 // T = 33: the fused router and the mma.sync GEMMs; T = 700: RouterGemm (cuBLAS) and the wgmma GEMMs with

@@ -10,8 +10,8 @@
 #include <numeric>
 
 #include "cuda_test_util.h"
+#include "device_layer.h"
 #include "moe/cuda/device_buffer.h"
-#include "moe/cuda/moe_layer.h"
 #include "moe/ep/cuda_ep.h"
 #include "moe/layer/random_weights.h"
 #include "test_random.h"
@@ -52,13 +52,13 @@ Block make_block(const std::string& type, int64_t T, test::TestRng& rng, int E =
 // The single-GPU layer on all T tokens (rank 0's GPU).
 LayerOutput single_gpu(const Block& b) {
   const int64_t T = b.x.size(0), H = b.config.hidden_size, k = b.config.router.top_k;
-  cuda::CudaMoeLayer layer(b.config, b.weights, {.max_tokens = T});
+  MoeLayer layer = test::cuda_layer(b.config, b.weights, {.max_tokens = T});
   const Tensor xb = b.x.to(DType::BF16);
   cuda::DeviceBuffer<uint16_t> d_x(T * H);
   d_x.upload(xb.data_as<uint16_t>(), T * H);
   cuda::DeviceBuffer<float> d_out(T * H), d_weights(T * k);
   cuda::DeviceBuffer<int32_t> d_ids(T * k);
-  layer.forward(reinterpret_cast<const bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
+  test::forward_on_device(layer, d_x.get(), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
   LayerOutput out;
   out.hidden_states = Tensor::empty(DType::F32, {T, H});
   out.topk.ids = Tensor::empty(DType::I32, {T, k});

@@ -22,8 +22,8 @@
 
 #include "model_fixture.h"
 #include "moe/cuda/device_info.h"
-#include "moe/cuda/moe_layer.h"
 #include "moe/cuda/device_buffer.h"
+#include "moe/layer/cuda_stages.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/model/causal_lm.h"
 #include "moe/model/model_config.h"
@@ -148,13 +148,17 @@ TEST(CudaMoeLayerPadding, FixtureLayerWithSmallIntermediateMatchesTheCpu) {
   MoeLayer cpu_layer(config.moe, weights, {.cpu_experts = CpuExperts::reference});
   const LayerOutput want = cpu_layer.forward(x);
 
-  cuda::CudaMoeLayer layer(config.moe, weights, {.max_tokens = T});
+  MoeLayer layer(config.moe, make_cuda_stages(config.moe, weights, {.max_tokens = T}));
   const Tensor xb = x.to(DType::BF16);
   cuda::DeviceBuffer<uint16_t> d_x(T * H);
   cuda::DeviceBuffer<float> d_out(T * H), d_weights(T * k);
   cuda::DeviceBuffer<int32_t> d_ids(T * k);
   d_x.upload(xb.data_as<uint16_t>(), T * H);
-  layer.forward(reinterpret_cast<const cuda::bf16*>(d_x.get()), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
+  Tensor out_view = Tensor::view(d_out.get(), DType::F32, {T, H}, nullptr, Device::cuda);
+  layer.forward(Tensor::view(d_x.get(), DType::BF16, {T, H}, nullptr, Device::cuda),
+                {.ids = Tensor::view(d_ids.get(), DType::I32, {T, k}, nullptr, Device::cuda),
+                 .weights = Tensor::view(d_weights.get(), DType::F32, {T, k}, nullptr, Device::cuda)},
+                out_view, Stream::cuda(nullptr));
   std::vector<float> out(T * H);
   std::vector<int32_t> ids(T * k);
   MOE_CUDA_CHECK(cudaMemcpy(out.data(), d_out.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));

@@ -45,11 +45,12 @@ struct ExpertBatch {
   Tensor pair_rows;           // [n_tokens, top_k] I32: row of pair (t, j), -1 where the pair was dropped
   Tensor pair_weights;        // [n_tokens, top_k] F32: combine weight of pair (t, j) after the overflow policy
   Tensor dropped_per_expert;  // [n_experts] I64 (host) / I32 (device)
+  Tensor routed_counts;       // [n_experts] I64 (host) / I32 (device): pairs routed to each expert before the
+                              // capacity limit (undefined where a prepare does not count them)
   int64_t capacity = -1;      // rows per expert in the padded layout; -1 in the contiguous one
 
   // Device batches only.
   Tensor source;         // [n_tokens, H] BF16: the token rows an index-only batch gathers from
-  Tensor routed_counts;  // [n_experts] I32: pairs routed to each expert before the capacity limit
   // The grouped GEMMs' tile map: tile i covers rows [tile_row[i], tile_row[i] + tile_rows) of expert
   // tile_expert[i], for i < n_tiles[0] (written on the device); tiles never straddle two experts.
   Tensor tile_expert;     // [max_tiles] I32

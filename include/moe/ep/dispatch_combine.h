@@ -12,7 +12,7 @@
 #include "moe/ep/communicator.h"
 #include "moe/ep/placement.h"
 #include "moe/ep/transfer.h"
-#include "moe/layer/modular.h"
+#include "moe/layer/stages.h"
 
 namespace moe::ep {
 

@@ -15,9 +15,6 @@
 
 namespace moe {
 
-class MoeLayer;
-struct LayerOutput;
-
 struct CudaLayerOptions {
   int64_t max_tokens = 8192;
   Paradigm paradigm = Paradigm::contiguous;
@@ -28,13 +25,11 @@ struct CudaLayerOptions {
 // Uploads the weights (experts as bf16, the router in fp32) to the current device and sizes the workspace.
 // Throws moe::Error for sizes the kernels do not handle (hidden_size must be a multiple of 64; expert and
 // shared intermediate sizes are zero-padded to a multiple of 64 at upload, which is exact).
-// MoeLayer::forward of these stages takes x [T, H] BF16 on the device, T <= max_tokens.
+// MoeLayer's device forward of these stages takes x [T, H] BF16 on the device, T <= max_tokens, and a
+// Stream::cuda. Its host forward (the host-tensor convenience path) sends x up as bf16 in chunks of at most
+// max_tokens through pinned staging and a stream of its own, brings out, topk and the load statistics back
+// as host tensors (timings.experts_ms: the device time of the forwards), and synchronises.
 LayerStages make_cuda_stages(const MoeConfig& config, const MoeWeights& weights, CudaLayerOptions options = {});
-
-// The host-tensor convenience path: x [T, H] host (F32, BF16 or F16; checked as MoeLayer's host forward
-// checks it) is uploaded as bf16, the layer runs on a stream of its own, and out, topk and the load
-// statistics come back as host tensors. Synchronises. Timings are zero: time the device forward instead.
-LayerOutput forward_host(MoeLayer& layer, const Tensor& x);
 
 // Whether a CUDA device is present and usable by this process.
 bool cuda_device_available();

@@ -21,6 +21,9 @@
 
 namespace moe {
 
+class MoeLayer;
+struct LayerOutput;
+
 // What the router stage produced for the later stages.
 struct RouterOutput {
   TopK topk;      // [T, k] ids I32 and weights F32, written into the caller's tensors
@@ -115,6 +118,8 @@ struct LayerStages {
   // Device stages: copies a counters tensor ([E] I32 or I64) to the host after the work queued on `stream`
   // (synchronises it). Unset for host stages, whose tensors are read directly.
   std::function<std::vector<int64_t>(const Tensor&, Stream)> counts_to_host;
+  // Device stages: MoeLayer::forward of host tensors (staging, copies to and from the device, synchronises).
+  std::function<LayerOutput(MoeLayer&, const Tensor&)> host_forward;
   // What a forward of n_tokens runs, in words (the kernels and tiles a device backend chose); may be unset.
   std::function<std::string(int64_t)> describe_path;
   int64_t weight_bytes = 0;  // bytes of expert weights (routed and shared) the stages hold
