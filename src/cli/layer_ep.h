@@ -3,7 +3,9 @@
 
 #include <string>
 
-#include "moe/ep/ep_layer.h"
+#include "moe/ep/data_parallel.h"
+#include "moe/ep/placement.h"
+#include "moe/ep/transfer.h"
 #include "moe/layer/moe_config.h"
 #include "moe/layer/moe_weights.h"
 

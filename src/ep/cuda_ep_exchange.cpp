@@ -5,7 +5,7 @@
 #include "ep_kernels.h"
 #include "moe/core/check.h"
 #include "moe/cuda/device_buffer.h"
-#include "moe/ep/cuda_ep.h"
+#include "moe/ep/cuda_ep_exchange.h"
 
 namespace moe::ep {
 

@@ -12,7 +12,8 @@
 #include "cuda_test_util.h"
 #include "device_layer.h"
 #include "moe/cuda/device_buffer.h"
-#include "moe/ep/cuda_ep.h"
+#include "moe/ep/data_parallel.h"
+#include "moe/ep/ep_layer.h"
 #include "moe/layer/random_weights.h"
 #include "test_random.h"
 
@@ -104,9 +105,10 @@ Compared compare(const LayerOutput& ep, const LayerOutput& ref) {
 // on the other ranks).
 Compared expect_matches_single_gpu(const Block& b, const Placement& placement, Transfer transfer,
                                    const std::string& what, Transfer combine = Transfer::bf16) {
-  const EpOutput ep = run_cuda_ep_layer(*g_comm, b.config, b.weights, placement,
-                                        {.dispatch = transfer, .combine = combine}, b.x);
   const int64_t T = b.x.size(0), k = b.config.router.top_k;
+  EpLayer layer = make_cuda_ep_layer(*g_comm, b.config, b.weights, placement,
+                                     {.dispatch = transfer, .combine = combine}, T);
+  const EpOutput ep = forward_data_parallel(layer, b.x);
   EXPECT_EQ(static_cast<int>(ep.ranks.size()), g_comm->size());
   int64_t tokens = 0, pairs = 0;
   for (const ExchangeStats& s : ep.ranks) tokens += s.tokens, pairs += s.pairs_served;
@@ -211,7 +213,7 @@ TEST(CudaEp, UnsupportedWiresRefused) {
       {{.dispatch = Transfer::bf16, .combine = Transfer::fp8}, "bf16 or f32 combine wire"}};
   for (const auto& [wires, fix] : cases) {
     try {
-      CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()), wires, 4);
+      make_cuda_ep_layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()), wires, 4);
       ADD_FAILURE() << "no error; expected one naming " << fix;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(fix), std::string::npos) << e.what();
