@@ -87,7 +87,7 @@ void GenerateEp::install(model::ModelOptions& options) {
           ep::make_ep_layer(*host_, config, std::move(weights), std::move(placement), wires_.dispatch));
     }
     auto totals = std::make_shared<ep::ExchangeStats>();
-    blocks_.push_back({layer, block, totals});
+    blocks_.push_back({layer, totals});
     return model::ModelOptions::MoeBlockFn(
         [block, totals](const Tensor& x) { return ep::forward_replicated(*block, x, totals.get()); });
   };

@@ -56,7 +56,6 @@ class GenerateEp {
  private:
   struct Block {
     int64_t layer;
-    std::shared_ptr<ep::EpLayer> ep;
     std::shared_ptr<ep::ExchangeStats> totals;  // this rank's, over the forwards so far
   };
   std::string backend_, placement_file_;

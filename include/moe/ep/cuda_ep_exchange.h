@@ -10,8 +10,8 @@
 //   combine   each copy's weighted partial sum goes back to its source as bf16 (the default) or fp32 (the
 //             combine wire), which adds the partials of a token in ascending rank order (fp32) plus its
 //             shared experts
-// The stages of the one MoeLayer over it are in cuda_ep_layer.h. Because of the host synchronisation a
-// forward through it cannot be captured in a CUDA graph.
+// The stages of the one MoeLayer over it: make_cuda_ep_layer (ep_layer.h). Because of the host
+// synchronisation a forward through it cannot be captured in a CUDA graph.
 
 #include <cstdint>
 #include <memory>

@@ -4,7 +4,7 @@
 // takes this rank's tokens only and is collective: every rank calls it, a rank without tokens too (the
 // peers' tokens still come to its experts). data_parallel.h splits a batch over the ranks and gathers it.
 //   router    this rank's tokens, the whole router (replicated on every rank)
-//   prepare   dispatch: each pair to the rank holding its expert (dispatch_combine.h, cuda_ep_layer.h)
+//   prepare   dispatch: each pair to the rank holding its expert (dispatch_combine.h, cuda_ep_exchange.h)
 //   experts   this rank's experts, by slot, over the token copies received
 //   finalize  combine: each copy's weighted partial sum back to its source, added there in rank order
 //   shared    the shared experts on this rank's tokens (replicated on every rank)
