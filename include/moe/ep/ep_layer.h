@@ -21,6 +21,7 @@
 
 namespace moe::ep {
 
+// What the factories below return: the rank's MoeLayer and what the compositions of data_parallel.h need.
 struct EpLayer {
   Communicator* host = nullptr;      // the ranks (the data-parallel gathers and statistics go over it)
   std::unique_ptr<MoeLayer> layer;   // this rank's stages; forward(x) takes this rank's tokens [T_r, H]
