@@ -110,7 +110,8 @@ DispatchBenchRow run_one(ep::Communicator& comm, const DispatchBenchArgs& a, int
     });
     row.combine_us = median_slowest_us(comm, a.repeats, [&] {
       const int64_t before = exchange.stats().bytes_sent;  // NOTE: combine adds to the last dispatch's count
-      exchange.combine(exchange.received_x());
+      Tensor out = Tensor::empty(DType::F32, {T, a.hidden});  // [T, H], made per combine as the layer's is
+      exchange.combine(exchange.received_x(), out);
       combine_bytes = exchange.stats().bytes_sent - before;
     });
     row.copies_per_token = mean_over_ranks(comm, exchange.stats().copies_sent) / static_cast<double>(T);

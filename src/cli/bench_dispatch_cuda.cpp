@@ -15,7 +15,7 @@
 
 #include "bench.h"
 #include "moe/cuda/device_buffer.h"
-#include "moe/ep/cuda_ep.h"
+#include "moe/ep/cuda_ep_exchange.h"
 #include "moe/layer/random_weights.h"
 
 namespace moe::cli {

@@ -3,9 +3,9 @@
 #include <fmt/core.h>
 
 #include "moe/core/check.h"
-#include "moe/ep/cuda_replicated_ep.h"
+#include "moe/ep/data_parallel.h"
+#include "moe/ep/ep_layer.h"
 #include "moe/ep/placement.h"
-#include "moe/ep/replicated_ep.h"
 
 namespace moe::cli {
 
@@ -76,24 +76,26 @@ void GenerateEp::install(model::ModelOptions& options) {
   options.moe_block = [this](int64_t layer, const MoeConfig& config, MoeWeights weights) {
     ep::Placement placement = ep::resolve_placement(placement_file_, config.router.n_experts, size());
     if (!placement_) placement_ = placement;
+    std::shared_ptr<ep::EpLayer> block;
     if (device_) {
 #if MOE_WITH_CUDA
-      auto block = std::make_shared<ep::CudaReplicatedEpMoeLayer>(*device_, config, weights, std::move(placement),
-                                                                    wires_, max_batched_tokens_);
-      blocks_.push_back({layer, [block] { return block->gather_totals(); }});
-      return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
+      block = std::make_shared<ep::EpLayer>(ep::make_cuda_ep_layer(*device_, config, weights, std::move(placement),
+                                                                   wires_, max_batched_tokens_));
 #endif
+    } else {
+      block = std::make_shared<ep::EpLayer>(
+          ep::make_ep_layer(*host_, config, std::move(weights), std::move(placement), wires_.dispatch));
     }
-    auto block = std::make_shared<ep::ReplicatedEpMoeLayer>(*host_, config, std::move(weights),
-                                                              std::move(placement), wires_.dispatch);
-    blocks_.push_back({layer, [block] { return block->gather_totals(); }});
-    return model::ModelOptions::MoeBlockFn([block](const Tensor& x) { return block->forward(x); });
+    auto totals = std::make_shared<ep::ExchangeStats>();
+    blocks_.push_back({layer, totals});
+    return model::ModelOptions::MoeBlockFn(
+        [block, totals](const Tensor& x) { return ep::forward_replicated(*block, x, totals.get()); });
   };
 }
 
 std::vector<EpLayerStats> GenerateEp::gather_stats() {
   std::vector<EpLayerStats> stats;
-  for (const Block& block : blocks_) stats.push_back({block.layer, block.gather_totals()});
+  for (const Block& block : blocks_) stats.push_back({block.layer, ep::gather_stats(*host_, *block.totals)});
   return stats;
 }
 

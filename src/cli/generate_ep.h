@@ -1,11 +1,11 @@
 #pragma once
 // `moe generate --ep`: the ranks, the expert-parallel MoE blocks that the model runner takes through
 // ModelOptions::moe_block, and every block's per-rank statistics (--stats, and the summary printed).
-//   --backend cpu   EpMoeLayer on the CPU reference experts over MPI, rank 0's block output broadcast to
-//                   the others (ep::ReplicatedEpMoeLayer)
-//   --backend cuda  one GPU per rank, token rows over NCCL, every rank's slice of the output all-gathered
-//                   on the device (ep::CudaReplicatedEpMoeLayer)
-// Either way a block's output is the same bytes on every rank, so the ranks pick the same tokens.
+//   --backend cpu   ep::make_ep_layer: the CPU reference experts, token rows over MPI
+//   --backend cuda  ep::make_cuda_ep_layer: one GPU per rank, token rows over NCCL
+// Each block runs through ep::forward_replicated: every rank its slice of the tokens, the slices' outputs
+// gathered on every rank, so that a block's output is the same bytes on every rank and the ranks pick the
+// same tokens.
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +17,7 @@
 #include "moe/ep/communicator.h"
 #include "moe/ep/device_communicator.h"
 #include "moe/ep/dispatch_combine.h"
+#include "moe/ep/ep_layer.h"
 #include "moe/model/causal_lm.h"
 
 namespace moe::cli {
@@ -55,7 +56,7 @@ class GenerateEp {
  private:
   struct Block {
     int64_t layer;
-    std::function<std::vector<ep::ExchangeStats>()> gather_totals;
+    std::shared_ptr<ep::ExchangeStats> totals;  // this rank's, over the forwards so far
   };
   std::string backend_, placement_file_;
   ep::EpWires wires_;

@@ -5,11 +5,21 @@
 #include <fstream>
 
 #include "moe/core/safetensors.h"
+#include "moe/ep/data_parallel.h"
 #include "moe/ep/ep_layer.h"
 
 namespace moe::cli {
 
 namespace detail {
+
+ep::Placement run_placement(const EpLayerArgs& args, int n_experts, int n_ranks) {
+  try {
+    return ep::resolve_placement(args.placement, n_experts, n_ranks);
+  } catch (const Error& e) {
+    if (!args.placement.empty()) throw;
+    MOE_FAIL("{} (--placement FILE.json)", e.what());
+  }
+}
 
 void write_ep_outputs(const ep::EpOutput& out, const ep::Placement& placement, int n_ranks,
                       const EpLayerArgs& args) {
@@ -52,12 +62,11 @@ void run_layer_ep(const MoeConfig& config, MoeWeights weights, const Tensor& x, 
 #endif
   }
   const std::unique_ptr<ep::Communicator> comm = ep::make_mpi_communicator();
-  ep::Placement placement = ep::resolve_placement(args.placement, config.router.n_experts, comm->size());
-  const ep::Placement kept = placement;  // for the stats: the layer takes its own copy
-  ep::EpMoeLayer layer(*comm, config, std::move(weights), std::move(placement), args.wires.dispatch);
-  const ep::EpOutput out = layer.forward(x);
+  const ep::Placement placement = detail::run_placement(args, config.router.n_experts, comm->size());
+  ep::EpLayer layer = ep::make_ep_layer(*comm, config, std::move(weights), placement, args.wires.dispatch);
+  const ep::EpOutput out = ep::forward_data_parallel(layer, x);
   if (comm->rank() != 0) return;
-  detail::write_ep_outputs(out, kept, comm->size(), args);
+  detail::write_ep_outputs(out, placement, comm->size(), args);
 }
 
 }  // namespace moe::cli

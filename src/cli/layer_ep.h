@@ -3,7 +3,9 @@
 
 #include <string>
 
-#include "moe/ep/ep_layer.h"
+#include "moe/ep/data_parallel.h"
+#include "moe/ep/placement.h"
+#include "moe/ep/transfer.h"
 #include "moe/layer/moe_config.h"
 #include "moe/layer/moe_weights.h"
 
@@ -20,6 +22,8 @@ struct EpLayerArgs {
 void run_layer_ep(const MoeConfig& config, MoeWeights weights, const Tensor& x, const EpLayerArgs& args);
 
 namespace detail {
+// The run's placement (args.placement, else contiguous over n_ranks), its errors naming the option.
+ep::Placement run_placement(const EpLayerArgs& args, int n_experts, int n_ranks);
 // Rank 0's files (outputs, and statistics when asked) of an expert-parallel run.
 void write_ep_outputs(const ep::EpOutput& out, const ep::Placement& placement, int n_ranks,
                       const EpLayerArgs& args);

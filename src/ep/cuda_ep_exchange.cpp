@@ -5,7 +5,7 @@
 #include "ep_kernels.h"
 #include "moe/core/check.h"
 #include "moe/cuda/device_buffer.h"
-#include "moe/ep/cuda_ep.h"
+#include "moe/ep/cuda_ep_exchange.h"
 
 namespace moe::ep {
 
@@ -74,14 +74,14 @@ CudaEpExchange::CudaEpExchange(DeviceCommunicator& comm, Placement placement, Ep
   const Transfer transfer = wires.dispatch, combine = wires.combine;
   s.transfer = transfer;
   s.combine = combine;
-  MOE_CHECK(placement.n_ranks == s.R, "placement for {} ranks, but {} are running (mpirun -np {})", placement.n_ranks,
-            s.R, placement.n_ranks);
+  check_placement(placement, placement.n_experts, s.R);
   MOE_CHECK(s.R <= kernels::kMaxRanks, "expert parallelism on GPUs handles up to {} ranks, {} are running",
             kernels::kMaxRanks, s.R);
   MOE_CHECK(transfer != Transfer::f32,
-            "expert parallelism on GPUs sends bf16 rows (the layer's input is bf16): use --ep-transfer bf16 or fp8");
+            "expert parallelism on GPUs sends bf16 rows (the layer's input is bf16): choose a bf16 or fp8 dispatch "
+            "wire");
   MOE_CHECK(combine != Transfer::fp8, "expert parallelism on GPUs sends the partial sums back as bf16 or f32, not "
-            "fp8: use --ep-combine bf16 or f32");
+            "fp8: choose a bf16 or f32 combine wire");
   MOE_CHECK(top_k >= 1 && top_k <= 32, "top_k {} must be in [1, 32] on GPUs", top_k);
   MOE_CHECK(hidden % 64 == 0, "expert parallelism on GPUs needs a hidden size that is a multiple of 64, got {}",
             hidden);

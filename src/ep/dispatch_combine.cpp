@@ -43,10 +43,7 @@ class EpFinalize final : public Finalize {
   explicit EpFinalize(std::shared_ptr<EpExchange> exchange) : exchange_(std::move(exchange)) {}
   void finalize(const Tensor&, const RouterOutput&, const Tensor& expert_out, const ExpertBatch& batch, Tensor& out,
                 Stream) override {
-    const Tensor y = exchange_->combine(cpu::unpermute(expert_out, batch));  // [copies_received, H] -> [T_local, H]
-    MOE_CHECK(out.shape() == y.shape() && out.is_contiguous(), "the combine's output is {}, expected {}",
-              out.shape_string(), y.shape_string());
-    std::memcpy(out.data(), y.data(), y.nbytes());
+    exchange_->combine(cpu::unpermute(expert_out, batch), out);  // [copies_received, H] -> [T_local, H]
   }
 
  private:
@@ -57,8 +54,7 @@ class EpFinalize final : public Finalize {
 
 EpExchange::EpExchange(Communicator& comm, Placement placement, Transfer transfer, int top_k)
     : comm_(comm), placement_(std::move(placement)), transfer_(transfer), top_k_(top_k) {
-  MOE_CHECK(placement_.n_ranks == comm_.size(), "placement for {} ranks, but {} are running (mpirun -np {})",
-            placement_.n_ranks, comm_.size(), placement_.n_ranks);
+  check_placement(placement_, placement_.n_experts, comm_.size());
   MOE_CHECK(top_k_ >= 1, "top_k {} must be at least 1", top_k_);
 }
 
@@ -137,7 +133,6 @@ ExpertBatch EpExchange::dispatch(const Tensor& x, const TopK& topk, bool copy_ro
   ExpertBatch batch;
   batch.expert_counts = Tensor::zeros(DType::I64, {S});   // [S]
   batch.expert_offsets = Tensor::zeros(DType::I64, {S});  // [S]
-  batch.dropped_per_expert = Tensor::zeros(DType::I64, {S});
   int64_t* count = batch.expert_counts.data_as<int64_t>();
   int64_t* offset = batch.expert_offsets.data_as<int64_t>();
   int64_t n_pairs = 0;
@@ -175,7 +170,7 @@ ExpertBatch EpExchange::dispatch(const Tensor& x, const TopK& topk, bool copy_ro
   return batch;
 }
 
-Tensor EpExchange::combine(const Tensor& partial) {
+void EpExchange::combine(const Tensor& partial, Tensor& out) {
   const int64_t H = hidden_, n_recv = received_x_.size(0), n_send = static_cast<int64_t>(sent_token_.size());
   MOE_CHECK(partial.dtype() == DType::F32 && partial.is_contiguous() && partial.dim() == 2 &&
                 partial.size(0) == n_recv && partial.size(1) == H,
@@ -191,14 +186,15 @@ Tensor EpExchange::combine(const Tensor& partial) {
   // Copies are grouped by rank in ascending order, so adding them in copy order sums each token's partials
   // in rank order; fp64 sums, one rounding.
   const int64_t T = stats_.tokens;
+  MOE_CHECK(out.dtype() == DType::F32 && out.is_contiguous() && out.dim() == 2 && out.size(0) == T &&
+                out.size(1) == H,
+            "combine: output {} for {} tokens of width {}", out.shape_string(), T, H);
   std::vector<double> sum(T * H, 0.0);  // [T_local, H]
   const float* b = back.data_as<float>();
   for (int64_t c = 0; c < n_send; ++c)
     for (int64_t h = 0; h < H; ++h) sum[sent_token_[c] * H + h] += b[c * H + h];
-  Tensor out = Tensor::empty(DType::F32, {T, H});  // [T_local, H]
   float* o = out.data_as<float>();
   for (int64_t i = 0; i < T * H; ++i) o[i] = static_cast<float>(sum[i]);
-  return out;
 }
 
 std::unique_ptr<Prepare> make_ep_prepare(std::shared_ptr<EpExchange> exchange) {

@@ -36,8 +36,8 @@ class NcclCommunicator final : public DeviceCommunicator {
     // the others waiting for it in the collectives below.
     int64_t unfit[1] = {n_gpus >= 1 && device_ < n_gpus ? 0 : 1};
     host.allreduce_sum(unfit);
-    MOE_CHECK(n_gpus >= 1, "rank {}: no GPU is visible, and expert parallelism on GPUs needs one per rank (use "
-              "--backend cpu)", host.rank());
+    MOE_CHECK(n_gpus >= 1, "rank {}: no GPU is visible, and expert parallelism on GPUs needs one per rank (run "
+              "it on the CPU instead)", host.rank());
     MOE_CHECK(device_ < n_gpus,
               "rank {} is local rank {} of its host, which has {} GPU(s): run one process per GPU (mpirun -np {} "
               "on one host)",

@@ -7,7 +7,7 @@ namespace moe::ep {
 bool mpi_available() { return false; }
 
 std::unique_ptr<Communicator> make_mpi_communicator() {
-  MOE_FAIL("expert parallelism (--ep) needs MPI, and this build has none: install it (apt-get install "
+  MOE_FAIL("expert parallelism needs MPI, and this build has none: install it (apt-get install "
            "libopenmpi-dev openmpi-bin, or scripts/setup.sh) and rebuild");
 }
 

@@ -8,7 +8,7 @@ namespace moe::ep {
 bool nccl_available() { return false; }
 
 std::unique_ptr<DeviceCommunicator> make_nccl_communicator(Communicator&) {
-  MOE_FAIL("expert parallelism on GPUs (--ep --backend cuda) needs NCCL, and this build has none: install CUDA with "
+  MOE_FAIL("expert parallelism on GPUs needs NCCL, and this build has none: install CUDA with "
            "NCCL (nccl.h and libnccl) and MPI (libopenmpi-dev), then reconfigure and rebuild");
 }
 

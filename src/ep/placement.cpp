@@ -17,7 +17,7 @@ void check_divisible(int n_experts, int n_ranks, const char* strategy) {
   MOE_CHECK(n_experts >= 1, "{} experts: need at least one", n_experts);
   MOE_CHECK(n_experts % n_ranks == 0,
             "{} experts do not divide over {} ranks for a {} placement: run on a rank count that divides {}, or "
-            "give a placement file (--placement FILE.json, e.g. a load-aware one with replicas)",
+            "give a placement file (e.g. a load-aware one with replicas)",
             n_experts, n_ranks, strategy, n_experts);
 }
 
@@ -188,13 +188,20 @@ Placement load_placement(const std::filesystem::path& path) {
 std::vector<int64_t> load_tokens_per_expert(const std::filesystem::path& stats_json) {
   const nlohmann::json j = read_json(stats_json, "load statistics");
   MOE_CHECK(j.is_object() && j.contains("tokens_per_expert") && j["tokens_per_expert"].is_array(),
-            "load statistics '{}' have no tokens_per_expert list (write them with moe layer --stats)",
+            "load statistics '{}' have no tokens_per_expert list (routing::to_json of a layer's LoadStats has one)",
             stats_json.string());
   try {
     return j["tokens_per_expert"].get<std::vector<int64_t>>();
   } catch (const nlohmann::json::exception& e) {
     MOE_FAIL("load statistics '{}': tokens_per_expert must be integers ({})", stats_json.string(), e.what());
   }
+}
+
+void check_placement(const Placement& placement, int n_experts, int n_ranks) {
+  MOE_CHECK(placement.n_experts == n_experts, "placement for {} experts, the model has {}", placement.n_experts,
+            n_experts);
+  MOE_CHECK(placement.n_ranks == n_ranks, "placement for {} ranks, but {} are running (mpirun -np {})",
+            placement.n_ranks, n_ranks, placement.n_ranks);
 }
 
 Placement resolve_placement(const std::filesystem::path& file, int n_experts, int n_ranks) {

@@ -12,7 +12,8 @@
 #include "cuda_test_util.h"
 #include "device_layer.h"
 #include "moe/cuda/device_buffer.h"
-#include "moe/ep/cuda_ep.h"
+#include "moe/ep/data_parallel.h"
+#include "moe/ep/ep_layer.h"
 #include "moe/layer/random_weights.h"
 #include "test_random.h"
 
@@ -104,9 +105,10 @@ Compared compare(const LayerOutput& ep, const LayerOutput& ref) {
 // on the other ranks).
 Compared expect_matches_single_gpu(const Block& b, const Placement& placement, Transfer transfer,
                                    const std::string& what, Transfer combine = Transfer::bf16) {
-  const EpOutput ep = run_cuda_ep_layer(*g_comm, b.config, b.weights, placement,
-                                        {.dispatch = transfer, .combine = combine}, b.x);
   const int64_t T = b.x.size(0), k = b.config.router.top_k;
+  EpLayer layer = make_cuda_ep_layer(*g_comm, b.config, b.weights, placement,
+                                     {.dispatch = transfer, .combine = combine}, T);
+  const EpOutput ep = forward_data_parallel(layer, b.x);
   EXPECT_EQ(static_cast<int>(ep.ranks.size()), g_comm->size());
   int64_t tokens = 0, pairs = 0;
   for (const ExchangeStats& s : ep.ranks) tokens += s.tokens, pairs += s.pairs_served;
@@ -200,18 +202,18 @@ TEST_P(CudaEpAllFamilies, F32CombineCloserThanBf16) {
   }
 }
 
-// Wires the GPU path does not have are refused with the option that fixes them: an f32 dispatch (the
-// layer's input is bf16 already) and an fp8 combine.
+// Wires the GPU path does not have are refused naming the wires that work: an f32 dispatch (the layer's
+// input is bf16 already) and an fp8 combine.
 TEST(CudaEp, UnsupportedWiresRefused) {
   MOE_SKIP_WITHOUT_GPU_RANKS();
   test::TestRng rng(shared_seed());
   const Block b = make_block("mixtral", 4, rng, 8, 2);
   const std::pair<EpWires, std::string> cases[] = {
-      {{.dispatch = Transfer::f32}, "--ep-transfer bf16 or fp8"},
-      {{.dispatch = Transfer::bf16, .combine = Transfer::fp8}, "--ep-combine bf16 or f32"}};
+      {{.dispatch = Transfer::f32}, "bf16 or fp8 dispatch wire"},
+      {{.dispatch = Transfer::bf16, .combine = Transfer::fp8}, "bf16 or f32 combine wire"}};
   for (const auto& [wires, fix] : cases) {
     try {
-      CudaEpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()), wires, 4);
+      make_cuda_ep_layer(*g_comm, b.config, b.weights, contiguous_placement(8, g_comm->size()), wires, 4);
       ADD_FAILURE() << "no error; expected one naming " << fix;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(fix), std::string::npos) << e.what();

@@ -1,6 +1,6 @@
-// The expert-parallel layer against the single-rank layer (reference CPU experts), run under
-// `mpirun -np R` for R in 1..4: every rank runs every test; rank 0 compares the gathered output. Seeds are
-// drawn on rank 0 and shared, so that all ranks build the same case.
+// The expert-parallel layer (the one MoeLayer over the dispatch / combine stages) against the single-rank
+// layer (reference CPU experts), run under `mpirun -np R` for R in 1..4: every rank runs every test; rank 0
+// compares the gathered output. Seeds are drawn on rank 0 and shared, so that all ranks build the same case.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +9,7 @@
 
 #include "moe/core/checkpoint.h"
 #include "moe/core/safetensors.h"
+#include "moe/ep/data_parallel.h"
 #include "moe/ep/ep_layer.h"
 #include "random_moe_case.h"
 #include "test_random.h"
@@ -51,8 +52,8 @@ LayerOutput single_rank(const Block& b) {
 // Runs the EP layer (collective) and, on rank 0, compares with the single-rank layer.
 void expect_matches_single_rank(const Block& b, const Placement& placement, Transfer transfer = Transfer::f32,
                                 double tolerance = 1e-5) {
-  EpMoeLayer layer(*g_comm, b.config, b.weights, placement, transfer);
-  const EpOutput ep = layer.forward(b.c.x);
+  EpLayer layer = make_ep_layer(*g_comm, b.config, b.weights, placement, transfer);
+  const EpOutput ep = forward_data_parallel(layer, b.c.x);
   ASSERT_EQ(static_cast<int>(ep.ranks.size()), g_comm->size());
   int64_t tokens = 0, pairs = 0;
   for (const ExchangeStats& s : ep.ranks) tokens += s.tokens, pairs += s.pairs_served;
@@ -128,18 +129,77 @@ TEST(Ep, Fp8AndBf16TransferWithinTolerance) {
   expect_matches_single_rank(b, p, Transfer::bf16, 0.02);
 }
 
+// Where every expert lives on one rank, each token's pairs travel in one copy and come back as one partial
+// sum: the EP stages then compute exactly what the local stages do (the same router, experts, unpermute and
+// shared experts), so the output is bit-identical to the single-rank layer, whichever rank a token starts on.
+TEST(Ep, ExpertsOnOneRankBitIdenticalToLocalLayer) {
+  test::TestRng rng(shared_seed());
+  for (const char* family : {"qwen2_moe", "deepseek_v3"}) {
+    const Block b = make_block(family, rng, {.tokens = 29});
+    const int R = g_comm->size(), E = b.config.router.n_experts;
+    std::vector<std::vector<int32_t>> ranks(R);
+    ranks[0].resize(E);
+    std::iota(ranks[0].begin(), ranks[0].end(), 0);
+    EpLayer layer = make_ep_layer(*g_comm, b.config, b.weights, make_placement(E, R, ranks));
+    const EpOutput ep = forward_data_parallel(layer, b.c.x);
+    if (g_comm->rank() != 0) continue;
+    const LayerOutput ref = single_rank(b);
+    EXPECT_EQ(test::max_rel_error(ep.layer.hidden_states, ref.hidden_states), 0.0) << family;
+    EXPECT_EQ(test::max_rel_error(ep.layer.topk.weights, ref.topk.weights), 0.0) << family;
+  }
+}
+
+// The rank's MoeLayer is the whole EP layer: each rank running its own slice through it and gathering the
+// rows by hand gives what forward_data_parallel gives.
+TEST(Ep, RankLayerForwardIsTheDataParallelSlice) {
+  test::TestRng rng(shared_seed());
+  const Block b = make_block("mixtral", rng, {.tokens = 19, .experts = 8});
+  const Placement p = default_placement(b, g_comm->size());
+  EpLayer layer = make_ep_layer(*g_comm, b.config, b.weights, p);
+  const EpOutput whole = forward_data_parallel(layer, b.c.x);
+  const TokenRange range = token_range(19, g_comm->rank(), g_comm->size());
+  const LayerOutput mine = layer.layer->forward(b.c.x.narrow(0, range.begin, range.end - range.begin));
+  EXPECT_EQ(mine.hidden_states.size(0), range.end - range.begin);
+  EXPECT_EQ(layer.last_stats().tokens, range.end - range.begin);
+  const Tensor rows = gather_rows(*g_comm, mine.hidden_states, 19, DType::F32);
+  if (g_comm->rank() != 0) return;
+  EXPECT_EQ(test::max_rel_error(rows, whole.layer.hidden_states), 0.0);
+}
+
+// forward_replicated leaves the same bytes on every rank: rank 0's gathered output, broadcast for the check.
+TEST(Ep, ReplicatedOutputSameOnEveryRank) {
+  test::TestRng rng(shared_seed());
+  const Block b = make_block("olmoe", rng, {.tokens = 21, .experts = 8});
+  EpLayer layer = make_ep_layer(*g_comm, b.config, b.weights, default_placement(b, g_comm->size()), Transfer::bf16);
+  ExchangeStats totals;
+  const LayerOutput out = forward_replicated(layer, b.c.x, &totals);
+  forward_replicated(layer, b.c.x, &totals);
+  EXPECT_EQ(totals.tokens, 2 * (token_range(21, g_comm->rank(), g_comm->size()).end -
+                                token_range(21, g_comm->rank(), g_comm->size()).begin));
+  ASSERT_EQ(out.hidden_states.shape(), (std::vector<int64_t>{21, b.config.hidden_size}));
+  // Every rank's bytes against rank 0's: the sum over ranks of |mine - rank 0's| bit patterns is zero.
+  const int64_t n = out.hidden_states.numel();
+  std::vector<int64_t> bits(n);
+  for (int64_t i = 0; i < n; ++i) bits[i] = out.hidden_states.data_as<int32_t>()[i];
+  std::vector<int64_t> sum = bits;
+  g_comm->allreduce_sum(sum);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sum[i], bits[i] * g_comm->size()) << "element " << i;
+  if (g_comm->rank() != 0) return;
+  EXPECT_LE(test::max_rel_error(out.hidden_states, single_rank(b).hidden_states), 0.02);
+}
+
 TEST(Ep, PlacementForOtherRankCountRejected) {
   test::TestRng rng(shared_seed());
   const Block b = make_block("mixtral", rng, {.experts = 8});
   const int R = g_comm->size();
   try {
-    EpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(8, R == 4 ? 2 : 4));
+    make_ep_layer(*g_comm, b.config, b.weights, contiguous_placement(8, R == 4 ? 2 : 4));
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("mpirun -np"), std::string::npos) << e.what();
   }
   try {
-    EpMoeLayer layer(*g_comm, b.config, b.weights, contiguous_placement(4, R == 4 ? 4 : 1));
+    make_ep_layer(*g_comm, b.config, b.weights, contiguous_placement(4, R == 4 ? 4 : 1));
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the model has 8"), std::string::npos) << e.what();

@@ -36,7 +36,7 @@ TEST(Placement, ContiguousAndRoundRobin) {
 }
 
 TEST(Placement, NotDivisibleNamesNumbersAndFix) {
-  expect_error([] { contiguous_placement(6, 4); }, {"6 experts", "4 ranks", "--placement"});
+  expect_error([] { contiguous_placement(6, 4); }, {"6 experts", "4 ranks", "placement file"});
   expect_error([] { round_robin_placement(5, 2); }, {"5 experts", "2 ranks"});
 }
 
@@ -119,7 +119,7 @@ TEST(Placement, StatsFileTokensPerExpert) {
   std::ofstream(path) << R"({"n_tokens": 4, "tokens_per_expert": [3, 0, 5]})";
   EXPECT_EQ(load_tokens_per_expert(path), (std::vector<int64_t>{3, 0, 5}));
   std::ofstream(path) << R"({"n_tokens": 4})";
-  expect_error([&] { load_tokens_per_expert(path); }, {"tokens_per_expert", "--stats"});
+  expect_error([&] { load_tokens_per_expert(path); }, {"tokens_per_expert", "LoadStats"});
   std::filesystem::remove(path);
 }
 

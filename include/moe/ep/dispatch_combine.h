@@ -1,5 +1,6 @@
 #pragma once
-// Dispatch and combine of expert parallelism, as the Prepare / Finalize pair of the modular kernel.
+// Dispatch and combine of expert parallelism over a host Communicator (MPI), as the Prepare / Finalize
+// stages of the one MoeLayer (moe/layer/stages.h; make_ep_layer in ep_layer.h builds the bundle).
 // Dispatch: each pair (t, e) of this rank's tokens goes to replica t mod n_replicas(e); a token travels once
 // to each destination rank however many of its experts live there, with its (slot, weight) pairs. Counts
 // are exchanged, then rows and pairs by all-to-all-v. The ExpertBatch that prepare returns is over this
@@ -46,8 +47,9 @@ class EpExchange {
   ExpertBatch dispatch(const Tensor& x, const TopK& topk, bool copy_rows = true);
   // The received token copies, decoded to F32: [copies_received, H].
   const Tensor& received_x() const { return received_x_; }
-  // partial [copies_received, H] F32 (each copy's weighted sum over this rank's experts) -> [T_local, H] F32.
-  Tensor combine(const Tensor& partial);
+  // partial [copies_received, H] F32 (each copy's weighted sum over this rank's experts) -> out [T_local, H]
+  // F32 (preallocated, contiguous; every element written).
+  void combine(const Tensor& partial, Tensor& out);
 
   const ExchangeStats& stats() const { return stats_; }
   const Placement& placement() const { return placement_; }
@@ -66,7 +68,9 @@ class EpExchange {
   ExchangeStats stats_;
 };
 
-// The stages over one shared exchange: prepare = dispatch, finalize = local unpermute + combine.
+// The stages over one shared exchange: prepare = dispatch (the batch is over this rank's slots, its "tokens"
+// the received copies; no dropped_per_expert: nothing is dropped), finalize = local unpermute of the
+// expert rows into each copy's partial sum + combine. Host tensors; the Stream is not used.
 std::unique_ptr<Prepare> make_ep_prepare(std::shared_ptr<EpExchange> exchange);
 std::unique_ptr<Finalize> make_ep_finalize(std::shared_ptr<EpExchange> exchange);
 

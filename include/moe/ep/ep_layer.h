@@ -1,52 +1,57 @@
 #pragma once
-// One MoE block under expert parallelism. Every rank holds the same input [T, H]; rank r routes only its
-// slice of the tokens (data-parallel attention: tokens [T·r/R, T·(r+1)/R)), dispatches them to the ranks
-// holding their experts, runs only its own experts (CPU reference experts, by slot), combines, adds the
-// (replicated) shared experts on its slice, and rank 0 gathers the whole output. The result equals the
-// single-rank MoeLayer with reference experts to fp32 rounding (exactly, with Transfer::f32, up to the
-// order in which a token's per-rank partial sums are added).
+// One rank's MoE layer under expert parallelism: the one MoeLayer (moe/layer/moe_layer.h) over a bundle of
+// stages whose prepare is the all-to-all dispatch and whose finalize is the all-to-all combine. Its forward
+// takes this rank's tokens only and is collective: every rank calls it, a rank without tokens too (the
+// peers' tokens still come to its experts). data_parallel.h splits a batch over the ranks and gathers it.
+//   router    this rank's tokens, the whole router (replicated on every rank)
+//   prepare   dispatch: each pair to the rank holding its expert (dispatch_combine.h, cuda_ep_exchange.h)
+//   experts   this rank's experts, by slot, over the token copies received
+//   finalize  combine: each copy's weighted partial sum back to its source, added there in rank order
+//   shared    the shared experts on this rank's tokens (replicated on every rank)
 
-#include <vector>
+#include <functional>
+#include <memory>
 
+#include "moe/ep/communicator.h"
+#include "moe/ep/device_communicator.h"
 #include "moe/ep/dispatch_combine.h"
+#include "moe/ep/placement.h"
+#include "moe/ep/transfer.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe::ep {
 
-// Tokens [begin, end) of rank r out of R: an even split, the first ranks one longer.
-struct TokenRange {
-  int64_t begin = 0, end = 0;
-};
-TokenRange token_range(int64_t n_tokens, int rank, int n_ranks);
-
-// Rank 0 receives every rank's rows of `local` ([T_r, W] of 4-byte values, T_r the rows of token_range) in
-// rank order -> [T, W] there, an empty tensor elsewhere. Collective.
-Tensor gather_rows(Communicator& comm, const Tensor& local, int64_t n_tokens, DType dtype);
-// Every rank's statistics, on every rank. Collective.
-std::vector<ExchangeStats> gather_stats(Communicator& comm, const ExchangeStats& mine);
-
-struct EpOutput {
-  LayerOutput layer;                 // rank 0: the whole batch ([T, H], topk [T, k], stats); others: empty
-  std::vector<ExchangeStats> ranks;  // [R] every rank's exchange statistics (on every rank)
+// What the factories below return: the rank's MoeLayer and what the compositions of data_parallel.h need.
+struct EpLayer {
+  Communicator* host = nullptr;      // the ranks (the data-parallel gathers and statistics go over it)
+  std::unique_ptr<MoeLayer> layer;   // this rank's stages; forward(x) takes this rank's tokens [T_r, H]
+  // This rank's exchange in the last forward (device stages: synchronises to read the pairs served).
+  std::function<ExchangeStats()> last_stats;
+  int64_t chunk_tokens = 0;          // the most tokens of all ranks one forward takes (device workspaces); 0: any
 };
 
-class EpMoeLayer {
- public:
-  // weights: the whole block (views; only this rank's experts and the shared expert are read).
-  EpMoeLayer(Communicator& comm, MoeConfig config, MoeWeights weights, Placement placement,
-             Transfer transfer = Transfer::f32);
-  // x [T, H] F32, BF16 or F16, the same on every rank. Collective: every rank calls it.
-  EpOutput forward(const Tensor& x);
+// Expert parallelism on the CPU over `comm` (MPI, or one rank): the CPU router, the dispatch and combine of
+// dispatch_combine.h with `transfer` as the dispatch wire (the combine sends f32), this rank's experts on the
+// CPU reference ops (fp64-accumulated), the reference shared experts. weights: the whole block (views; only
+// this rank's experts and the shared experts stay referenced). The result equals the single-rank layer with
+// reference experts to fp32 rounding (exactly with Transfer::f32, up to the order in which a token's
+// per-rank partial sums are added). Throws moe::Error for a placement of other experts or ranks.
+EpLayer make_ep_layer(Communicator& comm, const MoeConfig& config, MoeWeights weights, Placement placement,
+                      Transfer transfer = Transfer::f32);
 
- private:
-  Communicator& comm_;
-  MoeConfig config_;
-  MoeWeights weights_;
-  std::vector<SwigluWeights> local_experts_;  // [local slots] in placement order
-  std::shared_ptr<EpExchange> exchange_;
-  std::unique_ptr<Prepare> prepare_;
-  std::unique_ptr<Experts> experts_;
-  std::unique_ptr<Finalize> finalize_;
-};
+// Expert parallelism on GPUs over `comm` (NCCL, one GPU per rank: the communicator's, current; CUDA builds
+// only): the fp32 router (one fused launch up to 64 tokens, RouterGemm + top-k past it), the dispatch and
+// combine of cuda_ep_exchange.h with `wires` (dispatch bf16 or fp8, combine bf16 or f32), this rank's
+// experts (uploaded as bf16, in slot order) on the CUDA permute and mma.sync grouped GEMMs over the
+// received copies, the shared experts on the same kernels, added in the combine. The output equals the
+// single-GPU layer within bf16 rounding (the partial sums are rounded to bf16 once on the way back); with an
+// f32 combine wire only the order of fp32 additions differs (on one rank none); fp8 within the host path's
+// documented tolerance. max_batched_tokens: the most tokens of all ranks one forward takes (chunk_tokens);
+// every workspace is sized for the largest slice of it (rank 0's), so every rank must pass the same value.
+// The layer's forward takes host tensors (x [T_r, H] F32, rounded to bf16, through staging buffers of its
+// own; synchronises) or device ones (x [T_r, H] BF16, topk and out on the device, T_r >= 1). Throws
+// moe::Error for sizes or wires the GPU path lacks (hidden_size a multiple of 64, at most 1023 slots a rank).
+EpLayer make_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
+                           Placement placement, EpWires wires, int64_t max_batched_tokens);
 
 }  // namespace moe::ep

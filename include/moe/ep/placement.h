@@ -42,7 +42,7 @@ Placement round_robin_placement(int n_experts, int n_ranks);
 // Load-aware: R * slots_per_rank slots; every expert gets one, the spare slots go one at a time to the expert
 // with the largest load per replica (ties to the lower id, at most one replica per rank), then replicas are
 // packed largest-first onto the rank with the smallest load that has a free slot and no copy of that expert.
-//   tokens_per_expert [n_experts]: the load statistics (`moe layer --stats`, key tokens_per_expert).
+//   tokens_per_expert [n_experts]: the load statistics (routing::LoadStats::tokens_per_expert).
 Placement load_aware_placement(std::span<const int64_t> tokens_per_expert, int n_ranks, int slots_per_rank);
 
 // Per-rank load under a placement: pairs each rank would serve, replicas splitting their expert's load.
@@ -52,8 +52,11 @@ nlohmann::json to_json(const Placement& placement);
 Placement placement_from_json(const nlohmann::json& j);
 void save_placement(const Placement& placement, const std::filesystem::path& path);
 Placement load_placement(const std::filesystem::path& path);
-// tokens_per_expert of a `moe layer --stats` JSON file.
+// tokens_per_expert of a load-statistics JSON file (routing::to_json of a LoadStats).
 std::vector<int64_t> load_tokens_per_expert(const std::filesystem::path& stats_json);
+
+// Throws moe::Error unless `placement` is for n_experts experts on n_ranks ranks (the running ones).
+void check_placement(const Placement& placement, int n_experts, int n_ranks);
 
 // A placement for a run: the file when given (checked against E and R), else contiguous.
 Placement resolve_placement(const std::filesystem::path& file, int n_experts, int n_ranks);

@@ -1,30 +1,26 @@
 #pragma once
-// Expert parallelism on GPUs: one GPU per rank, token rows exchanged device to device (DeviceCommunicator,
-// NCCL), never staged through the host. The same dispatch/combine contract as dispatch_combine.h:
+// The exchange of expert parallelism on GPUs: one GPU per rank, token rows moved device to device
+// (DeviceCommunicator, NCCL), never staged through the host. The same dispatch/combine contract as the
+// host exchange (dispatch_combine.h):
 //   dispatch  route on the device; one copy of a token per destination rank (however many of its experts
 //             live there) with its (slot, weight) pairs; copies per destination counted on the device and
 //             exchanged, then copied to the host (the one synchronisation of a forward: NCCL needs the sizes
-//             on the host); rows (bf16, or fp8 e4m3 with one fp32 scale per 128 values, the MPI path's wire
+//             on the host); rows (bf16, or fp8 e4m3 with one fp32 scale per 128 values, the host path's wire
 //             format) and pairs by all-to-all-v
-//   experts   this rank's slots over the received copies: permute, grouped GEMMs, weighted sum per copy
 //   combine   each copy's weighted partial sum goes back to its source as bf16 (the default) or fp32 (the
 //             combine wire), which adds the partials of a token in ascending rank order (fp32) plus its
 //             shared experts
-// Output equals the single-GPU layer (moe::cuda::CudaMoeLayer) within bf16 rounding: the partial sums are
-// rounded to bf16 once on the way back; fp8 dispatch within the MPI path's documented tolerance. With an
-// fp32 combine wire the only difference left is the order of fp32 additions (a token's partials are added
-// per rank, then across ranks, where the single-GPU layer adds its k pairs in one pass) where both layers
-// run the same expert kernels (the mma.sync grouped GEMMs; the single-GPU layer also has the fused decode
-// kernel for T <= 2 and wgmma for large batches): on one rank then bit-identical, on more within fp32
-// rounding (~1e-7 relative).
-// Because of the host synchronisation a forward cannot be captured in a CUDA graph.
+// The stages of the one MoeLayer over it: make_cuda_ep_layer (ep_layer.h). Because of the host
+// synchronisation a forward through it cannot be captured in a CUDA graph.
 
 #include <cstdint>
 #include <memory>
 
 #include "moe/cuda/ops.h"
 #include "moe/ep/device_communicator.h"
-#include "moe/ep/ep_layer.h"
+#include "moe/ep/dispatch_combine.h"
+#include "moe/ep/placement.h"
+#include "moe/ep/transfer.h"
 
 namespace moe::ep {
 
@@ -73,33 +69,5 @@ class CudaEpExchange {
   struct State;
   std::unique_ptr<State> state_;
 };
-
-class CudaEpMoeLayer {
- public:
-  // Uploads the router, the shared experts and this rank's experts (in placement order) to the current
-  // device (the communicator's). wires: the exchange's (CudaEpExchange). Collective only in forward.
-  CudaEpMoeLayer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights, Placement placement,
-                 EpWires wires, int64_t max_tokens);
-  ~CudaEpMoeLayer();
-  CudaEpMoeLayer(const CudaEpMoeLayer&) = delete;
-  CudaEpMoeLayer& operator=(const CudaEpMoeLayer&) = delete;
-
-  // This rank's tokens: x [T, H] bf16 -> out [T, H] fp32, topk_ids / topk_weights [T, k], on the device;
-  // T <= max_tokens (a rank may have none). Collective.
-  void forward(const bf16* x, int64_t n_tokens, float* out, int32_t* topk_ids, float* topk_weights,
-               cudaStream_t stream);
-  // The last forward's exchange statistics, pairs_served included (synchronises the stream).
-  ExchangeStats stats(cudaStream_t stream) const;
-
- private:
-  struct State;
-  std::unique_ptr<State> state_;
-};
-
-// The EpMoeLayer contract on GPUs: x [T, H] (F32/BF16/F16, rounded to bf16) the same on every rank; rank r
-// runs tokens token_range(T, r, R); rank 0 gets the whole output, the others an empty layer output; every
-// rank gets every rank's statistics. Collective over comm.
-EpOutput run_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
-                           const Placement& placement, EpWires wires, const Tensor& x);
 
 }  // namespace moe::ep
