@@ -66,14 +66,6 @@ std::optional<Knobs::L2Hint> l2_hint(std::string_view text) {
   return std::nullopt;
 }
 
-// The launcher's local rank (see Knobs::launcher_local_rank).
-std::optional<int> read_launcher_local_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-    if (const std::optional<std::string_view> text = env_text(name)) return std::atoi(text->data());
-  }
-  return std::nullopt;
-}
-
 constexpr int64_t kMaxBytes = int64_t{1} << 30;
 
 }  // namespace
@@ -137,7 +129,6 @@ Knobs Knobs::from_env() {
       "MOE_WGMMA_COLUMN_PAIRS", "on, off or <gate/up>,<down> of those",
       "whether clusters of 2 blocks on two column tiles share the A tile by TMA multicast", on_off);
 
-  k.launcher_local_rank = read_launcher_local_rank();
   return k;
 }
 

@@ -106,10 +106,6 @@ class KnobsTest : public testing::Test {
       saved_.emplace_back(std::make_unique<test::ScopedEnv>(c.name));
       saved_.back()->unset();
     }
-    for (const char* launcher : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-      saved_.emplace_back(std::make_unique<test::ScopedEnv>(launcher));
-      saved_.back()->unset();
-    }
   }
   std::vector<std::unique_ptr<test::ScopedEnv>> saved_;
 };
@@ -117,7 +113,6 @@ class KnobsTest : public testing::Test {
 TEST_F(KnobsTest, UnsetOrEmptyIsNotGiven) {
   const Knobs none = Knobs::from_env();
   for (const KnobCase& c : cases()) EXPECT_FALSE(c.is_set(none)) << c.name;
-  EXPECT_FALSE(none.launcher_local_rank.has_value());
   for (const KnobCase& c : cases()) {
     const test::ScopedEnv var(c.name, "");
     EXPECT_FALSE(c.is_set(Knobs::from_env())) << c.name << " set to the empty string";
@@ -163,14 +158,6 @@ TEST_F(KnobsTest, OneValueOfAPerGemmKnobIsBoth) {
   EXPECT_EQ(k.wgmma_raster_rows.of(false), 3);
   EXPECT_EQ(k.wgmma_staged_epilogue.of(true), true);
   EXPECT_EQ(k.wgmma_staged_epilogue.of(false), true);
-}
-
-// The launcher's local rank: the first launcher variable that is set, read as atoi reads it.
-TEST_F(KnobsTest, LauncherLocalRankTakesTheFirstLauncherVariable) {
-  const test::ScopedEnv slurm("SLURM_LOCALID", "3");
-  EXPECT_EQ(Knobs::from_env().launcher_local_rank, 3);
-  const test::ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_RANK", "1");
-  EXPECT_EQ(Knobs::from_env().launcher_local_rank, 1);
 }
 
 // knobs() is parsed once: a change after the first call does not reach it (Knobs::from_env() sees it).

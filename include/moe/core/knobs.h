@@ -68,11 +68,6 @@ struct Knobs {
   PerGemm<bool> wgmma_staged_epilogue;            // MOE_WGMMA_STAGED_EPILOGUE: on|off or <gate/up>,<down>
   PerGemm<bool> wgmma_column_pairs;               // MOE_WGMMA_COLUMN_PAIRS: on|off or <gate/up>,<down>
 
-  // ep: the GPU of a rank on a host, from the MPI launcher or Slurm (not a MOE_* setting, read as the
-  // launchers write it: the first of OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID that is
-  // set and not empty, as atoi reads it).
-  std::optional<int> launcher_local_rank;
-
   // The environment's settings now (throws moe::Error on a bad value).
   static Knobs from_env();
 };
