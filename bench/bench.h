@@ -49,7 +49,7 @@ struct BenchRow {
   std::string peer;                 // a peer measured side by side, if any
   double peer_us = 0;
   std::string weights = "bf16";     // expert weight format: bf16, or int8 (CPU; int8 floors count int8 bytes)
-  std::string path;                 // `--backend cuda`: what the layer ran (CudaMoeLayer::describe_path)
+  std::string path;                 // `--backend cuda`: what the layer ran (MoeLayer::describe_path)
   struct CpuDetails {               // `--backend cpu` only: written as extra JSON fields
     std::string isa;
     int threads = 0, layers = 0, reps = 0;

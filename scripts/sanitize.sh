@@ -13,7 +13,8 @@ jobs=$(nproc)
 
 # The test binaries of the labels unit and model (a new one must be added here: ctest reports it NOT_BUILT).
 asan_targets=(moe_reference_tests core_tests cpu_tests cpu_fast_tests routing_tests layer_tests ep_unit_tests
-              model_tests generation_tests causal_lm_tests fuzz_replay_tests layering_tests)
+              cpu_dense_tests model_tests generation_tests causal_lm_tests decoder_tests fuzz_replay_tests
+              layering_tests)
 tsan_targets=(core_tests cpu_fast_tests layer_tests causal_lm_tests)
 tsan_tests='ThreadPool|FastExperts|FastRouter|MoeLayerFast|layer_fast_tests_avx2|FastCpuExpertsStayClose'
 

@@ -13,11 +13,11 @@
 
 #include "commands.h"
 #include "ep_wires.h"
-#include "generate_ep.h"
 #include "generate_report.h"
 #include "id_list.h"
 #include "moe/core/check.h"
 #include "moe/engine/engine.h"
+#include "moe/engine/expert_parallel.h"
 #include "moe/engine/generation.h"
 #include "moe/ep/transfer.h"
 #include "moe/text/tokenizer.h"
@@ -143,9 +143,9 @@ void run_generate(const GenerateArgs& a) {
   options.max_num_seqs = static_cast<int64_t>(a.prompts.size() + a.prompt_ids.size());  // one batch
 
   // Expert parallelism: every rank runs the whole model on the same prompts (attention replicated), the MoE
-  // blocks exchange tokens between ranks and end with the same output bytes on every rank (generate_ep.h);
-  // the ranks compute identical logits and so pick identical tokens. Rank 0 alone prints and writes files.
-  std::unique_ptr<GenerateEp> ep;  // outlives the engine, whose model's MoE blocks hold its communicators
+  // blocks exchange tokens between ranks and end with the same output bytes on every rank
+  // (moe/engine/expert_parallel.h); the ranks compute identical logits and so pick identical tokens. Rank 0 alone prints and writes files.
+  std::unique_ptr<engine::ExpertParallel> ep;  // outlives the engine, whose model's MoE blocks hold its communicators
   MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
             "--placement, --ep-transfer and --ep-combine need --ep");
   const ep::EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
@@ -153,7 +153,8 @@ void run_generate(const GenerateArgs& a) {
     MOE_CHECK(a.backend == "cuda" || a.cpu_experts != "fast",
               "--ep runs the MoE blocks on the CPU reference experts (or with --backend cuda on one GPU per rank): "
               "drop --cpu-experts fast");
-    ep = std::make_unique<GenerateEp>(a.backend, a.placement, wires, engine::ep_exchange_tokens(options));
+    const model::ModelBackend backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
+    ep = std::make_unique<engine::ExpertParallel>(backend, a.placement, wires, engine::ep_exchange_tokens(options));
   }
   const bool root = !ep || ep->rank() == 0;
 
@@ -185,7 +186,8 @@ void run_generate(const GenerateArgs& a) {
   const engine::GenerationResult result = engine::generate(*engine, prompts, generation);
   progress.clear();
   if (trace) trace->close();
-  const std::vector<EpLayerStats> ep_stats = ep ? ep->gather_stats() : std::vector<EpLayerStats>{};  // collective
+  // Collective.
+  const std::vector<engine::EpLayerStats> ep_stats = ep ? ep->gather_stats() : std::vector<engine::EpLayerStats>{};
 
   if (!root) return;
   std::vector<std::string> texts;

@@ -1,8 +1,8 @@
 #pragma once
 // A HuggingFace MoE causal language model (mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3)
 // loaded from a model directory: embeddings, decoder layers (attention + MoE or dense MLP), final norm and
-// lm_head, with a KV cache per sequence. The MoE blocks run through moe::MoeLayer (CPU) or
-// moe::cuda::CudaMoeLayer (--backend cuda); everything else runs on the CPU in fp32.
+// lm_head, with a paged KV cache. The MoE blocks run through moe::MoeLayer on the CPU or the CUDA stages
+// (ModelBackend::cuda); everything else runs on the CPU in fp32.
 
 #include <cstdint>
 #include <filesystem>
@@ -38,7 +38,7 @@ struct ModelOptions {
   std::function<void(const std::string&)> progress;
   // When set, makes the MoE block of decoder layer `layer` from its config and checkpoint weights instead
   // of the backend's own: the returned function maps x [T, H] F32 (after post_attention_layernorm) to
-  // hidden_states [T, H] F32 and topk [T, k]. Expert parallelism plugs in here (moe/ep/replicated_ep.h).
+  // hidden_states [T, H] F32 and topk [T, k]. Expert parallelism plugs in here (moe/engine/expert_parallel.h).
   using MoeBlockFn = std::function<LayerOutput(const Tensor& x)>;
   std::function<MoeBlockFn(int64_t layer, const MoeConfig& config, MoeWeights weights)> moe_block;
   // When set, every forward adds the time of its parts here (owned by the caller, who must outlive the model).

@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include "bench.h"
-#include "layer_cuda.h"
 #include "moe/core/float_convert.h"
 #include "moe/cuda/captured_graph.h"
 #include "moe/cuda/check.h"
@@ -82,7 +81,7 @@ double measure_copy_tbps(cudaStream_t stream) {
 
 std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
                                      BenchRouting routing, int repeats) {
-  MOE_CHECK(cuda_available(), "moe bench --backend cuda: no GPU is visible (use --backend cpu)");
+  MOE_CHECK(cuda_device_available(), "moe bench --backend cuda: no GPU is visible (use --backend cpu)");
   cudaStream_t stream;
   MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const double matmul = measure_matmul_tflops(stream), copy = measure_copy_tbps(stream);

@@ -1,8 +1,8 @@
 #pragma once
-// `moe generate --ep`: the ranks, the expert-parallel MoE blocks that the model runner takes through
-// ModelOptions::moe_block, and every block's per-rank statistics (--stats, and the summary printed).
-//   --backend cpu   ep::make_ep_layer: the CPU reference experts, token rows over MPI
-//   --backend cuda  ep::make_cuda_ep_layer: one GPU per rank, token rows over NCCL
+// A model under expert parallelism: the ranks, the expert-parallel MoE blocks that the model runner takes
+// through ModelOptions::moe_block, and every block's per-rank statistics.
+//   ModelBackend::cpu   ep::make_ep_layer: the CPU reference experts, token rows over MPI
+//   ModelBackend::cuda  ep::make_cuda_ep_layer: one GPU per rank, token rows over NCCL
 // Each block runs through ep::forward_replicated: every rank its slice of the tokens, the slices' outputs
 // gathered on every rank, so that a block's output is the same bytes on every rank and the ranks pick the
 // same tokens.
@@ -20,7 +20,7 @@
 #include "moe/ep/ep_layer.h"
 #include "moe/model/causal_lm.h"
 
-namespace moe::cli {
+namespace moe::engine {
 
 // One MoE block's exchange statistics per rank, summed over the run's forwards.
 struct EpLayerStats {
@@ -28,15 +28,17 @@ struct EpLayerStats {
   std::vector<ep::ExchangeStats> ranks;  // [R]
 };
 
-class GenerateEp {
+class ExpertParallel {
  public:
-  // Starts MPI (and NCCL for backend "cuda"). Collective. Throws moe::Error where the backend cannot run:
-  // a build without MPI, CUDA or NCCL, a rank without a GPU of its own.
-  // wires: resolve_ep_wires (ep_wires.h).
-  GenerateEp(const std::string& backend, std::string placement_file, ep::EpWires wires, int64_t max_batched_tokens);
-  ~GenerateEp();
-  GenerateEp(const GenerateEp&) = delete;
-  GenerateEp& operator=(const GenerateEp&) = delete;
+  // Starts MPI (and NCCL for the CUDA backend). Collective. Throws moe::Error where the backend cannot run:
+  // a build without MPI, CUDA or NCCL, a rank without a GPU of its own, an f32 dispatch wire on GPUs.
+  // placement_file: a placement JSON, or empty for contiguous. exchange_tokens: the most tokens one rank
+  // sends through a GPU block's exchange at once (EngineOptions: ep_exchange_tokens).
+  ExpertParallel(model::ModelBackend backend, std::string placement_file, ep::EpWires wires,
+                 int64_t exchange_tokens);
+  ~ExpertParallel();
+  ExpertParallel(const ExpertParallel&) = delete;
+  ExpertParallel& operator=(const ExpertParallel&) = delete;
 
   int rank() const { return host_->rank(); }
   int size() const { return host_->size(); }
@@ -58,9 +60,10 @@ class GenerateEp {
     int64_t layer;
     std::shared_ptr<ep::ExchangeStats> totals;  // this rank's, over the forwards so far
   };
-  std::string backend_, placement_file_;
+  model::ModelBackend backend_;
+  std::string placement_file_;
   ep::EpWires wires_;
-  int64_t max_batched_tokens_;
+  int64_t exchange_tokens_;
   // NOTE: declared in teardown order reversed: the blocks go first, then NCCL, then MPI.
   std::unique_ptr<ep::Communicator> host_;
   std::unique_ptr<ep::DeviceCommunicator> device_;
@@ -68,4 +71,4 @@ class GenerateEp {
   std::vector<Block> blocks_;
 };
 
-}  // namespace moe::cli
+}  // namespace moe::engine

@@ -1,4 +1,4 @@
-#include "generate_ep.h"
+#include "moe/engine/expert_parallel.h"
 
 #include <fmt/core.h>
 
@@ -7,7 +7,7 @@
 #include "moe/ep/ep_layer.h"
 #include "moe/ep/placement.h"
 
-namespace moe::cli {
+namespace moe::engine {
 
 namespace {
 
@@ -52,36 +52,30 @@ std::vector<ep::ExchangeStats> over_layers(const std::vector<EpLayerStats>& stat
 
 }  // namespace
 
-GenerateEp::GenerateEp(const std::string& backend, std::string placement_file, ep::EpWires wires,
-                       int64_t max_batched_tokens)
+ExpertParallel::ExpertParallel(model::ModelBackend backend, std::string placement_file, ep::EpWires wires,
+                               int64_t exchange_tokens)
     : backend_(backend),
       placement_file_(std::move(placement_file)),
       wires_(wires),
-      max_batched_tokens_(max_batched_tokens) {
-  if (backend_ == "cuda") {
-#if MOE_WITH_CUDA
-    MOE_CHECK(wires_.dispatch != ep::Transfer::f32, "--ep --backend cuda sends bf16 rows (the GPU layer's input is bf16): "
-              "use --ep-transfer bf16 or fp8");
-#else
-    MOE_FAIL("--ep --backend cuda: this build has no CUDA backend (no nvcc at configure time); use --backend cpu");
-#endif
-  }
+      exchange_tokens_(exchange_tokens) {
+  const bool gpus = backend_ == model::ModelBackend::cuda;
+  MOE_CHECK(!gpus || wires_.dispatch != ep::Transfer::f32,
+            "expert parallelism on GPUs sends bf16 rows (the GPU layer's input is bf16): choose a bf16 or fp8 "
+            "dispatch wire");
   host_ = ep::make_mpi_communicator();
-  if (backend_ == "cuda") device_ = ep::make_nccl_communicator(*host_);
+  if (gpus) device_ = ep::make_nccl_communicator(*host_);
 }
 
-GenerateEp::~GenerateEp() = default;
+ExpertParallel::~ExpertParallel() = default;
 
-void GenerateEp::install(model::ModelOptions& options) {
+void ExpertParallel::install(model::ModelOptions& options) {
   options.moe_block = [this](int64_t layer, const MoeConfig& config, MoeWeights weights) {
     ep::Placement placement = ep::resolve_placement(placement_file_, config.router.n_experts, size());
     if (!placement_) placement_ = placement;
     std::shared_ptr<ep::EpLayer> block;
     if (device_) {
-#if MOE_WITH_CUDA
       block = std::make_shared<ep::EpLayer>(ep::make_cuda_ep_layer(*device_, config, weights, std::move(placement),
-                                                                   wires_, max_batched_tokens_));
-#endif
+                                                                   wires_, exchange_tokens_));
     } else {
       block = std::make_shared<ep::EpLayer>(
           ep::make_ep_layer(*host_, config, std::move(weights), std::move(placement), wires_.dispatch));
@@ -93,16 +87,16 @@ void GenerateEp::install(model::ModelOptions& options) {
   };
 }
 
-std::vector<EpLayerStats> GenerateEp::gather_stats() {
+std::vector<EpLayerStats> ExpertParallel::gather_stats() {
   std::vector<EpLayerStats> stats;
   for (const Block& block : blocks_) stats.push_back({block.layer, ep::gather_stats(*host_, *block.totals)});
   return stats;
 }
 
-nlohmann::ordered_json GenerateEp::stats_json(const std::vector<EpLayerStats>& stats) const {
+nlohmann::ordered_json ExpertParallel::stats_json(const std::vector<EpLayerStats>& stats) const {
   nlohmann::ordered_json j;
   j["ranks"] = size();
-  j["backend"] = backend_;
+  j["backend"] = backend_ == model::ModelBackend::cuda ? "cuda" : "cpu";
   j["transfer"] = ep::transfer_name(wires_.dispatch);
   j["combine"] = ep::transfer_name(wires_.combine);
   j["experts"] = placement_ ? nlohmann::ordered_json(placement_->rank_experts) : nlohmann::ordered_json::array();
@@ -119,7 +113,7 @@ nlohmann::ordered_json GenerateEp::stats_json(const std::vector<EpLayerStats>& s
   return j;
 }
 
-std::vector<std::string> GenerateEp::summary(const std::vector<EpLayerStats>& stats) const {
+std::vector<std::string> ExpertParallel::summary(const std::vector<EpLayerStats>& stats) const {
   const std::vector<ep::ExchangeStats> all = over_layers(stats, size());
   int64_t pairs = 0;
   for (const ep::ExchangeStats& s : all) pairs += s.pairs_served;
@@ -134,4 +128,4 @@ std::vector<std::string> GenerateEp::summary(const std::vector<EpLayerStats>& st
   return lines;
 }
 
-}  // namespace moe::cli
+}  // namespace moe::engine
