@@ -12,7 +12,7 @@
 #include <cmath>
 #include <map>
 
-#include "bench.h"
+#include "moe/bench/bench.h"
 #include "moe/core/check.h"
 #include "moe/core/thread_pool.h"
 #include "moe/cpu/ceilings.h"

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "bench.h"
+#include "moe/bench/bench.h"
 #include "moe/core/float_convert.h"
 #include "moe/cuda/captured_graph.h"
 #include "moe/cuda/check.h"

@@ -17,7 +17,7 @@
 #include <numeric>
 #include <random>
 
-#include "bench.h"
+#include "moe/bench/bench.h"
 #include "moe/ep/dispatch_combine.h"
 #include "moe/layer/random_weights.h"
 

@@ -13,7 +13,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "bench.h"
+#include "moe/bench/bench.h"
 #include "moe/cuda/device_buffer.h"
 #include "moe/ep/cuda_ep_exchange.h"
 #include "moe/layer/random_weights.h"

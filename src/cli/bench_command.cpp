@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "bench.h"
-#include "bench_model.h"
+#include "moe/bench/bench.h"
+#include "moe/bench/bench_model.h"
 #include "commands.h"
 #include "moe/core/check.h"
 
