@@ -46,7 +46,8 @@ void run_plan(const PlanArgs& a) {
                m.used() / kGiB, m.kv_room_bytes / kGiB, m.kv_tokens);
   fmt::print("KV cache: {} bytes per token (bf16, all layers); {:.0f} GiB per rank reserved\n",
              plan.kv_bytes_per_token, ep::kPlanReserveBytes / kGiB);
-  MOE_CHECK(plan.problems.empty(), "this setup does not fit: {}", plan.problems.front());
+  MOE_CHECK(plan.problems.empty(), "this setup does not fit: {} (--ranks, --dtype fp8, --max-batched-tokens)",
+            plan.problems.front());
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ Plan plan_memory(const nlohmann::json& j, const Placement& placement, const Plan
   MOE_CHECK(placement.n_ranks == request.n_ranks && placement.n_experts == config.router.n_experts,
             "placement for {} experts on {} ranks; the plan is for {} experts on {} ranks", placement.n_experts,
             placement.n_ranks, config.router.n_experts, request.n_ranks);
-  MOE_CHECK(request.max_batched_tokens >= 1, "--max-batched-tokens must be at least 1, got {}",
+  MOE_CHECK(request.max_batched_tokens >= 1, "max_batched_tokens (tokens per rank per step) must be at least 1, got {}",
             request.max_batched_tokens);
   const double H = static_cast<double>(config.hidden_size), I = static_cast<double>(config.expert_intermediate_size);
   const double E = config.router.n_experts, k = config.router.top_k;
@@ -112,8 +112,8 @@ Plan plan_memory(const nlohmann::json& j, const Placement& placement, const Plan
     if (m.kv_room_bytes <= 0)
       plan.problems.push_back(fmt::format(
           "rank {} needs {:.1f} GiB (experts {:.1f}, other weights {:.1f}, activations {:.1f}, communication "
-          "{:.1f}) plus a {:.0f} GiB reserve, more than its {:.1f} GiB: use more ranks, --dtype fp8, or fewer "
-          "--max-batched-tokens",
+          "{:.1f}) plus a {:.0f} GiB reserve, more than its {:.1f} GiB: use more ranks, fp8 expert weights, or "
+          "fewer batched tokens per rank",
           r, m.used() / kGiB, m.expert_bytes / kGiB, m.other_bytes / kGiB, m.activation_bytes / kGiB,
           m.comm_bytes / kGiB, kPlanReserveBytes / kGiB, request.device_bytes / kGiB));
     plan.ranks.push_back(m);

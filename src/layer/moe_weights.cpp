@@ -14,7 +14,7 @@ class BlockReader {
   Tensor get(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) const {
     const std::string full = prefix_ + name;
     MOE_CHECK(checkpoint_.contains(full), "tensor '{}' not found in {}{}", full, checkpoint_.path().string(),
-              prefix_.empty() ? "" : " (is --prefix right?)");
+              prefix_.empty() ? "" : fmt::format(" (is the block prefix '{}' right?)", prefix_));
     Tensor t = checkpoint_.get(full);
     MOE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
               "tensor '{}' is {}: weights must be F32, BF16 or F16", full, dtype_name(t.dtype()));

@@ -73,7 +73,7 @@ TEST(MoeWeights, MissingAndMisshapenTensorsAreNamed) {
   EXPECT_NE(load_error(fp8, config).find("F8_E4M3"), std::string::npos);
 
   EXPECT_NE(load_error(test::prefixed(c.weights, "model.layers.3.mlp."), config, "model.layers.4.mlp.")
-                .find("--prefix"),
+                .find("is the block prefix 'model.layers.4.mlp.' right?"),
             std::string::npos);
 }
 
