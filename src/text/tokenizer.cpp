@@ -105,8 +105,9 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
     decoder.parse(j.value("decoder", Json()), file);
     text::PostProcessor post_processor;
     post_processor.parse(j.value("post_processor", Json()), file, vocab);
-    impl = std::make_unique<Impl>(std::move(vocab), std::move(model), std::move(added), std::move(normalizer),
-                                  std::move(pre_tokenizer), std::move(decoder), std::move(post_processor));
+    // NOTE: braces, not make_unique: clang 14 (the fuzz build) has no parenthesised aggregate initialisation.
+    impl.reset(new Impl{std::move(vocab), std::move(model), std::move(added), std::move(normalizer),
+                        std::move(pre_tokenizer), std::move(decoder), std::move(post_processor)});
   } catch (const Json::exception& e) {
     MOE_FAIL("{}: unexpected tokenizer.json structure: {}", source, e.what());
   } catch (const Error& e) {
