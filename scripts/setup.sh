@@ -10,6 +10,7 @@ packages=(
   libpcre2-dev  # Unicode regexes of the tokenizer's pre-tokenizers (src/text)
   libutf8proc-dev  # NFC normalisation of the tokenizer (src/text)
   libopenmpi-dev openmpi-bin  # expert parallelism (src/ep) and its mpirun tests
+  ccache  # rebuilds of the tree, clean clones included (CMakeLists.txt uses it where installed)
   clang libclang-rt-14-dev  # the libFuzzer fuzzers (scripts/fuzz.sh; libFuzzer's runtime is only recommended by clang)
 )
 
