@@ -2,13 +2,13 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <sstream>
 
 #include "moe/bench/bench.h"
 #include "moe/bench/bench_model.h"
 #include "commands.h"
 #include "moe/core/check.h"
+#include "moe/core/output_file.h"
 
 namespace moe::cli {
 
@@ -66,6 +66,9 @@ void run_dispatch(const BenchArgs& a) {
 }
 
 void run_bench(const BenchArgs& a) {
+  const NamedPath outputs[] = {{"--json", a.json}};
+  const NamedPath inputs[] = {{"--model", a.model.model}};
+  check_output_paths(outputs, inputs);
   if (a.dispatch) return run_dispatch(a);
   if (!a.write_model.empty()) return write_random_model(a.write_model, a.model_layers);
   if (!a.model.model.empty()) {
@@ -97,9 +100,7 @@ void run_bench(const BenchArgs& a) {
   if (!a.json.empty()) {
     nlohmann::json list = nlohmann::json::array();
     for (const BenchRow& r : rows) list.push_back(to_json(r));
-    std::ofstream file(a.json);
-    file << list.dump(2) << "\n";
-    MOE_CHECK(file.good(), "cannot write the JSON file '{}'", a.json);
+    write_text_file(a.json, list.dump(2) + "\n", "--json");
   }
 }
 
