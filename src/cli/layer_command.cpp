@@ -85,6 +85,7 @@ void run_layer(LayerArgs a) {
     out = MoeLayer(config, std::move(weights), options).forward(input.get("hidden_states"));
   }
 
+  check_output_finite(out.hidden_states, out.topk, a.prefix.empty() ? "the block" : "block '" + a.prefix + "'");
   // Both files are written before either is renamed into place: a failure leaves neither.
   OutputFile y(a.output, "--output");
   write_safetensors(y.temp_path(), {{"hidden_states", out.hidden_states},

@@ -22,6 +22,7 @@ ep::Placement run_placement(const EpLayerArgs& args, int n_experts, int n_ranks)
 
 void write_ep_outputs(const ep::EpOutput& out, const ep::Placement& placement, int n_ranks,
                       const EpLayerArgs& args) {
+  check_output_finite(out.layer.hidden_states, out.layer.topk, "the block");
   OutputFile y(args.output, "--output");
   write_safetensors(y.temp_path(), {{"hidden_states", out.layer.hidden_states},
                                     {"topk_ids", out.layer.topk.ids},
