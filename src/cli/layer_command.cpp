@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "validators.h"
 #include "moe/core/checkpoint.h"
 #include "moe/core/output_file.h"
 #include "moe/core/safetensors.h"
@@ -117,7 +118,7 @@ Run add_layer_command(CLI::App& app) {
   cmd->add_option("--paradigm", args->paradigm, "contiguous (permute/grouped GEMM/unpermute) or padded (capacity)")
       ->check(CLI::IsMember({"contiguous", "padded"}));
   cmd->add_option("--capacity-factor", args->capacity_factor, "padded: rows per expert = ceil(F * T * k / E)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--overflow", args->overflow, "padded: what happens to pairs beyond capacity")
       ->check(CLI::IsMember({"drop", "renormalize"}));
   cmd->add_option("--stats", args->stats, "write per-expert load statistics as JSON");

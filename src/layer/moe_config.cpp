@@ -8,6 +8,7 @@
 
 #include <fmt/ranges.h>
 
+#include "moe/core/text_file.h"
 #include "moe/core/check.h"
 #include "moe/core/json_config.h"
 #include "moe/core/tensor.h"
@@ -198,10 +199,7 @@ MoeConfig parse_moe_config(const json& c) {
 }
 
 MoeConfig load_moe_config(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  MOE_CHECK(in.good(), "cannot open config file '{}'", path.string());
-  json c = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  MOE_CHECK(!c.is_discarded(), "config file '{}' is not valid JSON", path.string());
+  const json c = read_json_file(path, "config file");
   try {
     return parse_moe_config(c);
   } catch (const Error& e) {
