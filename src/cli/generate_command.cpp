@@ -14,7 +14,9 @@
 
 #include "commands.h"
 #include "ep_wires.h"
+#include "error_report.h"
 #include "generate_report.h"
+#include "validators.h"
 #include "id_list.h"
 #include "moe/core/check.h"
 #include "moe/core/output_file.h"
@@ -191,6 +193,8 @@ void run_generate(const GenerateArgs& a) {
   }
   std::optional<TraceWriter> trace;  // opened once the model is loaded
   if (!a.trace.empty() && root) options.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
+  // Token ids need no tokenizer: with --prompt-ids it is read only to show the text, after the run.
+  options.load_tokenizer = !a.prompts.empty();
   const std::unique_ptr<engine::Engine> engine = engine::Engine::load(dir, options);
   progress.clear();
   const model::ModelInfo& info = engine->info();
@@ -210,6 +214,15 @@ void run_generate(const GenerateArgs& a) {
   const std::vector<engine::EpLayerStats> ep_stats = ep ? ep->gather_stats() : std::vector<engine::EpLayerStats>{};
 
   if (!root) return;
+  std::optional<Tokenizer> display_tokenizer;
+  if (!tokenizer && fs::exists(tokenizer_file)) {
+    try {
+      display_tokenizer = Tokenizer::load(tokenizer_file);
+      tokenizer = &*display_tokenizer;
+    } catch (const Error& e) {
+      fmt::print(stderr, "note: the text is not shown (ids only): {}\n", printable(e.what()));
+    }
+  }
   std::vector<std::string> texts;
   if (tokenizer)
     for (const auto& ids : result.generated) texts.push_back(decode_known(*tokenizer, ids));
@@ -277,12 +290,14 @@ Run add_generate_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--prompt-ids", args->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3; repeatable")
       ->allow_extra_args(false);
-  cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate per prompt at most (default 32)");
+  cmd->add_option("--max-new-tokens", args->max_new_tokens,
+                  "tokens to generate per prompt at most (capped at the model's max_position_embeddings)")
+      ->check(integer_at_least(0));
   auto* temperature =
       cmd->add_option("--temperature", args->temperature, "sample with this temperature (> 0); without it: greedy");
   auto* top_p = cmd->add_option("--top-p", args->top_p, "sampling: keep the most likely tokens up to this mass (0, 1]");
   auto* top_k = cmd->add_option("--top-k", args->top_k, "sampling: keep the K most likely tokens (0: all)");
-  auto* seed = cmd->add_option("--seed", args->seed, "sampling: random seed (default 0)");
+  auto* seed = cmd->add_option("--seed", args->seed, "sampling: random seed, an integer in [0, 2^64)");
   cmd->add_option("--backend", args->backend, "cpu, or cuda (the MoE blocks on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--cpu-experts", args->cpu_experts,
@@ -290,7 +305,8 @@ Run add_generate_command(CLI::App& app) {
                   "F32/F16 ones")
       ->check(CLI::IsMember({"fast", "reference"}));
   cmd->add_option("--max-batched-tokens", args->max_batched_tokens,
-                  "most tokens in one forward: longer prompts are prefilled in pieces (default 4096)");
+                  "most tokens in one forward: longer prompts are prefilled in pieces")
+      ->check(integer_at_least(1));
   cmd->add_option("--json", args->json,
                   "write {prompt_ids, generated_ids, text, prefill_tokens_per_s, decode_tokens_per_s} (several "
                   "prompts: lists with one entry per prompt)");

@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cstdint>
 #include <string>
 
 namespace moe::cli {
@@ -25,5 +27,20 @@ inline const CLI::Validator kNonNegative(
       return v >= 0 ? std::string() : "must be >= 0, got " + value;
     },
     ">= 0", "NONNEGATIVE");
+
+// An integer in [min, 2^63): checked on the text, before CLI11 converts it (which saturates
+// 9223372036854775808 to INT64_MAX).
+inline CLI::Validator integer_at_least(int64_t min) {
+  return CLI::Validator(
+      [min](std::string& value) -> std::string {
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+        if (ec == std::errc::result_out_of_range || (ec == std::errc() && end == value.data() + value.size() && v < min))
+          return "must be an integer in [" + std::to_string(min) + ", 2^63), got " + value;
+        if (ec != std::errc() || end != value.data() + value.size()) return "must be an integer, got '" + value + "'";
+        return std::string();
+      },
+      "", "INTEGER");
+}
 
 }  // namespace moe::cli

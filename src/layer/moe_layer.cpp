@@ -1,5 +1,7 @@
 #include "moe/layer/moe_layer.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -61,10 +63,12 @@ void check_output_finite(const Tensor& out, const TopK& topk, const std::string&
     const auto chose = [&](int32_t e) { return std::find(ids + t * K, ids + (t + 1) * K, e) != ids + (t + 1) * K; };
     std::erase_if(suspects, [&](int32_t e) { return bad[t] != chose(e); });
   }
-  const std::string who = suspects.size() == 1
-                              ? fmt::format("expert {} alone explains it (every such token chose it, no other did)",
-                                            suspects.front())
-                              : std::string("no single expert explains it: look at the router and shared experts");
+  std::string who = "no expert explains it: look at the router and the shared experts";
+  if (suspects.size() == 1)
+    who = fmt::format("expert {} explains it (every such token chose it, no finite one did)", suspects.front());
+  else if (suspects.size() > 1)
+    who = fmt::format("one of experts {} explains it (every such token chose them, no finite one did)",
+                      fmt::join(suspects, ", "));
   MOE_FAIL("{}: the MoE block's output is not finite (NaN/Inf in {} of {} tokens, the first token {}); {}; check "
            "the checkpoint's weights for NaN/Inf", block, n_bad, T, first, who);
 }
