@@ -47,8 +47,8 @@ struct GenerateArgs {
   bool ep = false;
   std::string placement, ep_transfer;  // ep_transfer empty: f32 on the CPU, bf16 on GPUs
   std::string ep_combine;              // empty: f32 on the CPU (its only one), bf16 on GPUs
-  // Which of the sampling options the command line gave.
-  bool has_temperature = false, has_sampling_option = false;
+  // Which of the sampling options the command line gave: the others come from generation_config.json.
+  bool has_temperature = false, has_top_p = false, has_top_k = false, has_seed = false;
 };
 
 // Progress on a terminal only, rewritten in place: in a pipe or a log stderr stays one line per error.
@@ -140,11 +140,15 @@ void run_generate(const GenerateArgs& a) {
             "give the prompt either as text (--prompt TEXT) or as token ids (--prompt-ids 1,2,3), not both");
   MOE_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got {}", a.max_new_tokens);
   MOE_CHECK(a.max_batched_tokens >= 1, "--max-batched-tokens must be >= 1, got {}", a.max_batched_tokens);
-  MOE_CHECK((a.has_temperature && a.temperature != 0.0) || !a.has_sampling_option,
+  // The model's generation_config.json sets the defaults, as in transformers; each flag given overrides one.
+  engine::SamplingParams sampling = engine::generation_config_sampling(dir);
+  if (a.has_temperature) sampling.temperature = a.temperature;
+  if (a.has_top_p) sampling.top_p = a.top_p;
+  if (a.has_top_k) sampling.top_k = a.top_k;
+  sampling.seed = parse_seed(a.seed);
+  MOE_CHECK(sampling.temperature != 0.0 || !(a.has_top_p || a.has_top_k || a.has_seed),
             "--top-p, --top-k and --seed take effect when sampling: add --temperature T (> 0); without it (or with "
-            "--temperature 0) decoding is greedy");
-  const engine::SamplingParams sampling{.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p,
-                                        .seed = parse_seed(a.seed)};
+            "--temperature 0) decoding is greedy unless the model's generation_config.json sets do_sample");
   engine::check_sampling_params(sampling);
 #if !MOE_WITH_CUDA
   MOE_CHECK(a.backend != "cuda",
@@ -294,9 +298,15 @@ Run add_generate_command(CLI::App& app) {
                   "tokens to generate per prompt at most (capped at the model's max_position_embeddings)")
       ->check(integer_at_least(0));
   auto* temperature =
-      cmd->add_option("--temperature", args->temperature, "sample with this temperature (> 0); without it: greedy");
-  auto* top_p = cmd->add_option("--top-p", args->top_p, "sampling: keep the most likely tokens up to this mass (0, 1]");
-  auto* top_k = cmd->add_option("--top-k", args->top_k, "sampling: keep the K most likely tokens (0: all)");
+      cmd->add_option("--temperature", args->temperature,
+                      "sample with this temperature (> 0; 0: greedy); default: the model's generation_config.json "
+                      "(do_sample, temperature), else greedy");
+  auto* top_p = cmd->add_option("--top-p", args->top_p,
+                                "sampling: keep the most likely tokens up to this mass (0, 1]; default: "
+                                "generation_config.json's top_p when it samples, else 1");
+  auto* top_k = cmd->add_option("--top-k", args->top_k,
+                                "sampling: keep the K most likely tokens (0: all); default: generation_config.json's "
+                                "top_k when it samples (transformers' 50 if it has none), else 0");
   auto* seed = cmd->add_option("--seed", args->seed, "sampling: random seed, an integer in [0, 2^64)");
   cmd->add_option("--backend", args->backend, "cpu, or cuda (the MoE blocks on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -329,7 +339,9 @@ Run add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   return [args, temperature, top_p, top_k, seed] {
     args->has_temperature = temperature->count() > 0;
-    args->has_sampling_option = top_p->count() + top_k->count() + seed->count() > 0;
+    args->has_top_p = top_p->count() > 0;
+    args->has_top_k = top_k->count() > 0;
+    args->has_seed = seed->count() > 0;
     run_generate(*args);
   };
 }

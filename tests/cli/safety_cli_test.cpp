@@ -428,6 +428,37 @@ TEST(Consistency, PromptIdsRunWithABrokenTokenizer) {
   expect_user_error(moe(dir.path(), {"generate", "--model", model.string(), "--prompt", "hi"}), "tokenizer.json");
 }
 
+TEST(Consistency, GenerationConfigSetsTheSamplingDefaults) {
+  TempDir dir;
+  const fs::path model = model_copy(dir);
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"generate", "--model", model.string(), "--prompt-ids", "1,2,3",
+                                     "--max-new-tokens", "12", "--json", (dir / "g.json").string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const RunResult r = moe(dir.path(), args);
+    EXPECT_SUCCESS(r);
+    return json::parse(read_file(dir / "g.json")).at("generated_ids");
+  };
+  // Without do_sample the file's numbers are transformers' unused defaults: greedy.
+  json generation = json::parse(read_file(model / "generation_config.json"));
+  generation["temperature"] = 5.0;
+  std::ofstream(model / "generation_config.json", std::ios::trunc) << generation.dump();
+  const json greedy = run({});
+  EXPECT_EQ(run({"--temperature", "0"}), greedy);
+  // do_sample: the file's temperature and top_p, transformers' top_k 50 where the file has none.
+  generation["do_sample"] = true;
+  generation["top_p"] = 0.9;
+  std::ofstream(model / "generation_config.json", std::ios::trunc) << generation.dump();
+  const json sampled = run({"--seed", "7"});
+  EXPECT_EQ(sampled, run({"--seed", "7", "--temperature", "5", "--top-p", "0.9", "--top-k", "50"}));
+  EXPECT_NE(sampled, greedy);
+  EXPECT_EQ(run({"--temperature", "0"}), greedy);
+  generation["top_p"] = 7;
+  std::ofstream(model / "generation_config.json", std::ios::trunc) << generation.dump();
+  expect_user_error(moe(dir.path(), {"generate", "--model", model.string(), "--prompt-ids", "1"}),
+                    "generation_config.json: top_p must be in (0, 1]");
+}
+
 TEST(Consistency, ThreadsFlagSetsThePool) {
   TempDir dir;
   const RunResult r = moe(dir.path(), {"info", "--threads", "3"});
