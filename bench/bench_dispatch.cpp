@@ -17,6 +17,7 @@
 #include <numeric>
 #include <random>
 
+#include "moe/core/output_file.h"
 #include "moe/bench/bench.h"
 #include "moe/ep/dispatch_combine.h"
 #include "moe/layer/random_weights.h"
@@ -191,9 +192,7 @@ void run_dispatch_bench_command(const DispatchBenchArgs& args) {
   if (args.json.empty()) return;
   nlohmann::json list = nlohmann::json::array();
   for (const DispatchBenchRow& r : rows) list.push_back(to_json(r));
-  std::ofstream file(args.json);
-  file << list.dump(2) << "\n";
-  MOE_CHECK(file.good(), "cannot write the JSON file '{}'", args.json);
+  write_text_file(args.json, list.dump(2) + "\n", "--json");
 }
 
 }  // namespace moe::cli

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "moe/core/output_file.h"
 #include "moe/bench/bench.h"
 #include "moe/cuda/device_buffer.h"
 #include "moe/ep/cuda_ep_exchange.h"
@@ -101,9 +102,7 @@ void run_dispatch_bench_cuda_command(const DispatchBenchArgs& a) {
     j["peer"]["name"] = "nccl_alltoall";
     list.push_back(j);
   }
-  std::ofstream file(a.json);
-  file << list.dump(2) << "\n";
-  MOE_CHECK(file.good(), "cannot write the JSON file '{}'", a.json);
+  write_text_file(a.json, list.dump(2) + "\n", "--json");
 }
 
 }  // namespace moe::cli

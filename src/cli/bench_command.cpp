@@ -2,13 +2,14 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <sstream>
 
 #include "moe/bench/bench.h"
 #include "moe/bench/bench_model.h"
 #include "commands.h"
+#include "validators.h"
 #include "moe/core/check.h"
+#include "moe/core/output_file.h"
 
 namespace moe::cli {
 
@@ -66,6 +67,9 @@ void run_dispatch(const BenchArgs& a) {
 }
 
 void run_bench(const BenchArgs& a) {
+  const NamedPath outputs[] = {{"--json", a.json}};
+  const NamedPath inputs[] = {{"--model", a.model.model}};
+  check_output_paths(outputs, inputs);
   if (a.dispatch) return run_dispatch(a);
   if (!a.write_model.empty()) return write_random_model(a.write_model, a.model_layers);
   if (!a.model.model.empty()) {
@@ -97,9 +101,7 @@ void run_bench(const BenchArgs& a) {
   if (!a.json.empty()) {
     nlohmann::json list = nlohmann::json::array();
     for (const BenchRow& r : rows) list.push_back(to_json(r));
-    std::ofstream file(a.json);
-    file << list.dump(2) << "\n";
-    MOE_CHECK(file.good(), "cannot write the JSON file '{}'", a.json);
+    write_text_file(a.json, list.dump(2) + "\n", "--json");
   }
 }
 
@@ -126,34 +128,34 @@ Run add_bench_command(CLI::App& app) {
           ->check(CLI::IsMember({"bf16", "int8"}))
           ->capture_default_str(),
       cmd->add_option("--layers", args->cpu.layers, "CPU: layers rotated for cold weights (0: enough to exceed the cache)")
-          ->check(CLI::NonNegativeNumber)
+          ->check(kNonNegative)
           ->capture_default_str(),
       cmd->add_option("--max-gib", args->cpu.max_gib,
                       "CPU: bound on the packed expert weights of all layers (beyond it experts alias)")
-          ->check(CLI::PositiveNumber)
+          ->check(kPositive)
           ->capture_default_str(),
       cmd->add_option("--min-seconds", args->cpu.min_seconds, "CPU: time each token count at least this long too")
-          ->check(CLI::NonNegativeNumber)
+          ->check(kNonNegative)
           ->capture_default_str()};
   cmd->add_flag("--dispatch", args->dispatch,
                 "time expert-parallel dispatch and combine instead (under mpirun -np R, R >= 2; --backend cuda: one "
                 "GPU per rank, NCCL)");
   cmd->add_option("--wire", args->wire, "--dispatch: wire formats, comma-separated bf16, fp8, f32")
       ->capture_default_str();
-  cmd->add_option("--hidden", args->hidden, "--dispatch: hidden size H")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--hidden", args->hidden, "--dispatch: hidden size H")->check(kPositive)->capture_default_str();
   cmd->add_option("--model", args->model.model,
                   "time the whole model in DIR on the CPU instead: prefill and decode tokens/s, the time of each "
                   "part, the floor (--repeats defaults to 3 here)");
   cmd->add_option("--prompt-tokens", args->model.prompt_tokens, "--model: prompt length")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   cmd->add_option("--decode-tokens", args->model.decode_tokens, "--model: tokens decoded one by one after it")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   cmd->add_option("--write-model", args->write_model,
                   "write a random-weight Qwen3-MoE-shaped BF16 checkpoint into DIR (for --model) and exit");
   cmd->add_option("--model-layers", args->model_layers, "--write-model: decoder layers (about 1.3 GB each)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   CLI::Option* repeats = cmd->get_option("--repeats");
   return [args, tokens, repeats] {

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "commands.h"
+#include "validators.h"
 #include "layer_cuda.h"
 #include "moe/core/thread_pool.h"
 #include "moe/cpu/fast_experts.h"
@@ -174,7 +175,7 @@ Run add_demo_command(CLI::App& app) {
   cmd->add_option("--hidden", args->hidden, "hidden size")->capture_default_str();
   cmd->add_option("--intermediate", args->intermediate, "expert intermediate size")->capture_default_str();
   cmd->add_option("--capacity-factor", args->capacity_factor, "padded paradigm capacity factor")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "random seed")->capture_default_str();
   cmd->add_option("--backend", args->backend, "cpu, or cuda (the layer on the GPU; timings are whole forwards)")

@@ -6,16 +6,20 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <optional>
 
 #include "commands.h"
 #include "ep_wires.h"
+#include "error_report.h"
 #include "generate_report.h"
+#include "validators.h"
 #include "id_list.h"
 #include "moe/core/check.h"
+#include "moe/core/output_file.h"
 #include "moe/engine/engine.h"
 #include "moe/engine/expert_parallel.h"
 #include "moe/engine/generation.h"
@@ -36,15 +40,15 @@ struct GenerateArgs {
   int64_t max_batched_tokens = 4096;
   double temperature = 0.0, top_p = 1.0;
   int top_k = 0;
-  uint64_t seed = 0;
+  std::string seed = "0";  // read by parse_seed: CLI11 would wrap "-1" and saturate "2^64"
   std::string backend = "cpu", cpu_experts;  // cpu_experts: empty = by the checkpoint's expert dtype
   std::string json, trace, stats;
   bool print_ids = false;
   bool ep = false;
   std::string placement, ep_transfer;  // ep_transfer empty: f32 on the CPU, bf16 on GPUs
   std::string ep_combine;              // empty: f32 on the CPU (its only one), bf16 on GPUs
-  // Which of the sampling options the command line gave.
-  bool has_temperature = false, has_sampling_option = false;
+  // Which of the sampling options the command line gave: the others come from generation_config.json.
+  bool has_temperature = false, has_top_p = false, has_top_k = false, has_seed = false;
 };
 
 // Progress on a terminal only, rewritten in place: in a pipe or a log stderr stays one line per error.
@@ -69,32 +73,21 @@ class ProgressLine {
   bool shown_ = false;
 };
 
-// Writes one JSON line per routing event; events may come from any thread.
+// Writes one JSON line per routing event into a temporary file that commit() puts in place; events may
+// come from any thread.
 class TraceWriter {
  public:
-  explicit TraceWriter(const std::string& path) : path_(path), file_(path) {
-    MOE_CHECK(file_.good(), "cannot write the trace file '{}'", path);
-  }
+  explicit TraceWriter(const std::string& path) : file_(path, "--trace-routing") { file_.stream(); }
   void write(const model::RoutingEvent& event) {
     std::lock_guard lock(mutex_);
-    file_ << trace_line(event).dump() << '\n';
+    file_.stream() << trace_line(event).dump() << '\n';
   }
-  void close() {
-    file_.close();
-    MOE_CHECK(!file_.fail(), "cannot write the trace file '{}'", path_);
-  }
+  void commit() { file_.commit(); }
 
  private:
-  std::string path_;
-  std::ofstream file_;
+  OutputFile file_;
   std::mutex mutex_;
 };
-
-void write_json_file(const std::string& path, const nlohmann::ordered_json& j, const char* what, int indent) {
-  std::ofstream file(path);
-  file << j.dump(indent) << "\n";
-  MOE_CHECK(file.good(), "cannot write the {} file '{}'", what, path);
-}
 
 std::string duration(double seconds) {
   return seconds < 1.0 ? fmt::format("{:.1f} ms", seconds * 1e3) : fmt::format("{:.2f} s", seconds);
@@ -109,19 +102,53 @@ std::string decode_known(const Tokenizer& tokenizer, std::span<const int32_t> id
   return tokenizer.decode(known);
 }
 
+uint64_t parse_seed(const std::string& text) {
+  uint64_t seed = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
+  MOE_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size(),
+            "--seed '{}' is not a seed: give an integer in [0, 2^64)", text);
+  return seed;
+}
+
+// The model's context window bounds prompt plus generated tokens, as vLLM's max_model_len does: a prompt
+// longer than it is refused, generation past it is cut to fit (and the user told so on stderr).
+int64_t fit_max_new_tokens(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens,
+                           int64_t max_positions, bool root) {
+  size_t longest = 0;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    MOE_CHECK(static_cast<int64_t>(prompts[s].size()) <= max_positions,
+              "prompt {} has {} tokens, more than the model's max_position_embeddings {}: shorten it", s,
+              prompts[s].size(), max_positions);
+    longest = std::max(longest, prompts[s].size());
+  }
+  const int64_t room = max_positions - static_cast<int64_t>(longest);
+  if (max_new_tokens <= room) return max_new_tokens;
+  if (root)
+    fmt::print(stderr, "note: --max-new-tokens {} capped at {}: the model's max_position_embeddings is {} and the "
+               "longest prompt has {} tokens\n", max_new_tokens, room, max_positions, longest);
+  return room;
+}
+
 void run_generate(const GenerateArgs& a) {
   const fs::path dir = a.model_dir;
   MOE_CHECK(fs::is_directory(dir), "--model '{}' is not a directory: give a HuggingFace model directory (config.json "
             "and safetensors weights)", a.model_dir);
+  const NamedPath outputs[] = {{"--json", a.json}, {"--trace-routing", a.trace}, {"--stats", a.stats}};
+  const NamedPath inputs[] = {{"--model", a.model_dir}, {"--placement", a.placement}};
+  check_output_paths(outputs, inputs);
   MOE_CHECK(a.prompts.empty() != a.prompt_ids.empty(),
             "give the prompt either as text (--prompt TEXT) or as token ids (--prompt-ids 1,2,3), not both");
   MOE_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got {}", a.max_new_tokens);
   MOE_CHECK(a.max_batched_tokens >= 1, "--max-batched-tokens must be >= 1, got {}", a.max_batched_tokens);
-  MOE_CHECK(a.has_temperature || !a.has_sampling_option,
-            "--top-p, --top-k and --seed take effect when sampling: add --temperature T (> 0); without it "
-            "decoding is greedy");
-  const engine::SamplingParams sampling{.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p,
-                                        .seed = a.seed};
+  // The model's generation_config.json sets the defaults, as in transformers; each flag given overrides one.
+  engine::SamplingParams sampling = engine::generation_config_sampling(dir);
+  if (a.has_temperature) sampling.temperature = a.temperature;
+  if (a.has_top_p) sampling.top_p = a.top_p;
+  if (a.has_top_k) sampling.top_k = a.top_k;
+  sampling.seed = parse_seed(a.seed);
+  MOE_CHECK(sampling.temperature != 0.0 || !(a.has_top_p || a.has_top_k || a.has_seed),
+            "--top-p, --top-k and --seed take effect when sampling: add --temperature T (> 0); without it (or with "
+            "--temperature 0) decoding is greedy unless the model's generation_config.json sets do_sample");
   engine::check_sampling_params(sampling);
 #if !MOE_WITH_CUDA
   MOE_CHECK(a.backend != "cuda",
@@ -170,6 +197,8 @@ void run_generate(const GenerateArgs& a) {
   }
   std::optional<TraceWriter> trace;  // opened once the model is loaded
   if (!a.trace.empty() && root) options.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
+  // Token ids need no tokenizer: with --prompt-ids it is read only to show the text, after the run.
+  options.load_tokenizer = !a.prompts.empty();
   const std::unique_ptr<engine::Engine> engine = engine::Engine::load(dir, options);
   progress.clear();
   const model::ModelInfo& info = engine->info();
@@ -180,16 +209,24 @@ void run_generate(const GenerateArgs& a) {
 
   if (options.on_routing) trace.emplace(a.trace);
   engine::GenerationOptions generation;
-  generation.max_new_tokens = a.max_new_tokens;
+  generation.max_new_tokens = fit_max_new_tokens(prompts, a.max_new_tokens, info.max_position_embeddings, root);
   generation.sampling = sampling;
   generation.progress = [&](const std::string& line) { progress.show(line); };
   const engine::GenerationResult result = engine::generate(*engine, prompts, generation);
   progress.clear();
-  if (trace) trace->close();
   // Collective.
   const std::vector<engine::EpLayerStats> ep_stats = ep ? ep->gather_stats() : std::vector<engine::EpLayerStats>{};
 
   if (!root) return;
+  std::optional<Tokenizer> display_tokenizer;
+  if (!tokenizer && fs::exists(tokenizer_file)) {
+    try {
+      display_tokenizer = Tokenizer::load(tokenizer_file);
+      tokenizer = &*display_tokenizer;
+    } catch (const Error& e) {
+      fmt::print(stderr, "note: the text is not shown (ids only): {}\n", printable(e.what()));
+    }
+  }
   std::vector<std::string> texts;
   if (tokenizer)
     for (const auto& ids : result.generated) texts.push_back(decode_known(*tokenizer, ids));
@@ -211,7 +248,9 @@ void run_generate(const GenerateArgs& a) {
       fmt::print("generated ids: {}\n", fmt::join(result.generated[s], " "));
     }
     fmt::print("({} prompt tokens, {} generated, {})\n", prompts[s].size(), result.generated[s].size(),
-               result.stopped_at_eos[s] ? "stopped at EOS" : "reached --max-new-tokens");
+               result.stopped_at_eos[s]                                    ? "stopped at EOS"
+               : generation.max_new_tokens < a.max_new_tokens ? "reached max_position_embeddings"
+                                                              : "reached --max-new-tokens");
   }
   fmt::print("\nprefill: {} tokens in {} ({:.1f} tokens/s)\n", result.prefill_tokens, duration(result.prefill_seconds),
              result.prefill_tokens_per_s());
@@ -225,12 +264,21 @@ void run_generate(const GenerateArgs& a) {
     for (const std::string& line : ep->summary(ep_stats)) fmt::print("  {}\n", line);
   }
 
-  if (!a.json.empty()) write_json_file(a.json, result_json(prompts, result, texts), "--json", -1);
-  if (!a.stats.empty()) {
-    nlohmann::ordered_json stats = stats_json(info, result);
-    if (ep) stats["ep"] = ep->stats_json(ep_stats);
-    write_json_file(a.stats, stats, "--stats", 2);
+  // Every file is complete before any is put in place: a failure leaves none of them.
+  std::optional<OutputFile> json, stats;
+  if (!a.json.empty()) {
+    json.emplace(a.json, "--json");
+    json->stream() << result_json(prompts, result, texts).dump() << "\n";
   }
+  if (!a.stats.empty()) {
+    nlohmann::ordered_json j = stats_json(info, result);
+    if (ep) j["ep"] = ep->stats_json(ep_stats);
+    stats.emplace(a.stats, "--stats");
+    stats->stream() << j.dump(2) << "\n";
+  }
+  if (trace) trace->commit();
+  if (json) json->commit();
+  if (stats) stats->commit();
 }
 
 }  // namespace
@@ -246,12 +294,20 @@ Run add_generate_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--prompt-ids", args->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3; repeatable")
       ->allow_extra_args(false);
-  cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate per prompt at most (default 32)");
+  cmd->add_option("--max-new-tokens", args->max_new_tokens,
+                  "tokens to generate per prompt at most (capped at the model's max_position_embeddings)")
+      ->check(integer_at_least(0));
   auto* temperature =
-      cmd->add_option("--temperature", args->temperature, "sample with this temperature (> 0); without it: greedy");
-  auto* top_p = cmd->add_option("--top-p", args->top_p, "sampling: keep the most likely tokens up to this mass (0, 1]");
-  auto* top_k = cmd->add_option("--top-k", args->top_k, "sampling: keep the K most likely tokens (0: all)");
-  auto* seed = cmd->add_option("--seed", args->seed, "sampling: random seed (default 0)");
+      cmd->add_option("--temperature", args->temperature,
+                      "sample with this temperature (> 0; 0: greedy); default: the model's generation_config.json "
+                      "(do_sample, temperature), else greedy");
+  auto* top_p = cmd->add_option("--top-p", args->top_p,
+                                "sampling: keep the most likely tokens up to this mass (0, 1]; default: "
+                                "generation_config.json's top_p when it samples, else 1");
+  auto* top_k = cmd->add_option("--top-k", args->top_k,
+                                "sampling: keep the K most likely tokens (0: all); default: generation_config.json's "
+                                "top_k when it samples (transformers' 50 if it has none), else 0");
+  auto* seed = cmd->add_option("--seed", args->seed, "sampling: random seed, an integer in [0, 2^64)");
   cmd->add_option("--backend", args->backend, "cpu, or cuda (the MoE blocks on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--cpu-experts", args->cpu_experts,
@@ -259,7 +315,8 @@ Run add_generate_command(CLI::App& app) {
                   "F32/F16 ones")
       ->check(CLI::IsMember({"fast", "reference"}));
   cmd->add_option("--max-batched-tokens", args->max_batched_tokens,
-                  "most tokens in one forward: longer prompts are prefilled in pieces (default 4096)");
+                  "most tokens in one forward: longer prompts are prefilled in pieces")
+      ->check(integer_at_least(1));
   cmd->add_option("--json", args->json,
                   "write {prompt_ids, generated_ids, text, prefill_tokens_per_s, decode_tokens_per_s} (several "
                   "prompts: lists with one entry per prompt)");
@@ -282,7 +339,9 @@ Run add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   return [args, temperature, top_p, top_k, seed] {
     args->has_temperature = temperature->count() > 0;
-    args->has_sampling_option = top_p->count() + top_k->count() + seed->count() > 0;
+    args->has_top_p = top_p->count() > 0;
+    args->has_top_k = top_k->count() > 0;
+    args->has_seed = seed->count() > 0;
     run_generate(*args);
   };
 }

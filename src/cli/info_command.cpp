@@ -1,6 +1,7 @@
 // moe info: what this build contains and which accelerators and CPU features it sees.
 #include <fmt/core.h>
 
+#include "build_info.h"
 #include "commands.h"
 #include "moe/core/thread_pool.h"
 #if MOE_WITH_CUDA
@@ -12,7 +13,7 @@ namespace moe::cli {
 namespace {
 
 void run_info() {
-  fmt::print("moe {}\n", MOE_VERSION);
+  fmt::print("{}\n", version_line());
   fmt::print("cpu: {} threads in the pool (MOE_NUM_THREADS overrides)\n", ThreadPool::global().size());
 #if MOE_WITH_CUDA
   const auto gpus = cuda::visible_gpus();

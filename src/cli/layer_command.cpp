@@ -1,10 +1,12 @@
 // moe layer: runs one MoE block of a HuggingFace checkpoint on hidden states from a safetensors file.
 #include <nlohmann/json.hpp>
 
-#include <fstream>
+#include <optional>
 
 #include "commands.h"
+#include "validators.h"
 #include "moe/core/checkpoint.h"
+#include "moe/core/output_file.h"
 #include "moe/core/safetensors.h"
 #include "layer_cuda.h"
 #include "ep_wires.h"
@@ -23,6 +25,7 @@ struct LayerArgs {
   bool ep = false;
   std::string placement, ep_transfer;  // ep_transfer: empty = f32 on the CPU, bf16 on GPUs
   std::string ep_combine;              // empty: f32 on the CPU (its only one), bf16 on GPUs
+  bool padded_option_given = false;    // --capacity-factor or --overflow
 };
 
 // Without --cpu-experts: the fast bf16 experts for BF16 checkpoints (and whenever --cpu-weights int8 asks
@@ -35,6 +38,13 @@ std::string default_cpu_experts(const LayerArgs& a, const MoeWeights& weights) {
 }
 
 void run_layer(LayerArgs a) {
+  const NamedPath outputs[] = {{"--output", a.output}, {"--stats", a.stats}};
+  const NamedPath inputs[] = {
+      {"--config", a.config}, {"--weights", a.weights}, {"--input", a.input}, {"--placement", a.placement}};
+  check_output_paths(outputs, inputs);
+  MOE_CHECK(a.paradigm == "padded" || !a.padded_option_given,
+            "--capacity-factor and --overflow set the padded paradigm's capacity: add --paradigm padded, or drop "
+            "them");
   const MoeConfig config = load_moe_config(a.config);
   const Checkpoint checkpoint = Checkpoint::open(a.weights);
   MoeWeights weights = load_moe_weights(checkpoint, a.prefix, config);
@@ -76,14 +86,19 @@ void run_layer(LayerArgs a) {
     out = MoeLayer(config, std::move(weights), options).forward(input.get("hidden_states"));
   }
 
-  write_safetensors(a.output, {{"hidden_states", out.hidden_states},
-                               {"topk_ids", out.topk.ids},
-                               {"topk_weights", out.topk.weights}});
+  check_output_finite(out.hidden_states, out.topk, a.prefix.empty() ? "the block" : "block '" + a.prefix + "'");
+  // Both files are written before either is renamed into place: a failure leaves neither.
+  OutputFile y(a.output, "--output");
+  write_safetensors(y.temp_path(), {{"hidden_states", out.hidden_states},
+                                    {"topk_ids", out.topk.ids},
+                                    {"topk_weights", out.topk.weights}});
+  std::optional<OutputFile> stats;
   if (!a.stats.empty()) {
-    std::ofstream file(a.stats);
-    file << routing::to_json(out.stats).dump(2) << "\n";
-    MOE_CHECK(file.good(), "cannot write the stats file '{}'", a.stats);
+    stats.emplace(a.stats, "--stats");
+    stats->stream() << routing::to_json(out.stats).dump(2) << "\n";
   }
+  if (stats) stats->commit();
+  y.commit();
 }
 
 }  // namespace
@@ -103,7 +118,7 @@ Run add_layer_command(CLI::App& app) {
   cmd->add_option("--paradigm", args->paradigm, "contiguous (permute/grouped GEMM/unpermute) or padded (capacity)")
       ->check(CLI::IsMember({"contiguous", "padded"}));
   cmd->add_option("--capacity-factor", args->capacity_factor, "padded: rows per expert = ceil(F * T * k / E)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--overflow", args->overflow, "padded: what happens to pairs beyond capacity")
       ->check(CLI::IsMember({"drop", "renormalize"}));
   cmd->add_option("--stats", args->stats, "write per-expert load statistics as JSON");
@@ -129,7 +144,12 @@ Run add_layer_command(CLI::App& app) {
                   "--ep: wire format of the partial sums sent back, bf16 (the GPU default) or f32 (the CPU's only "
                   "one; on GPUs the output then equals one GPU's up to fp32 addition order)")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  return [args] { run_layer(*args); };
+  CLI::Option* capacity = cmd->get_option("--capacity-factor");
+  CLI::Option* overflow = cmd->get_option("--overflow");
+  return [args, capacity, overflow] {
+    args->padded_option_given = capacity->count() + overflow->count() > 0;
+    run_layer(*args);
+  };
 }
 
 }  // namespace moe::cli

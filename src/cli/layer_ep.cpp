@@ -2,8 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-
+#include "moe/core/output_file.h"
 #include "moe/core/safetensors.h"
 #include "moe/ep/data_parallel.h"
 #include "moe/ep/ep_layer.h"
@@ -23,10 +22,12 @@ ep::Placement run_placement(const EpLayerArgs& args, int n_experts, int n_ranks)
 
 void write_ep_outputs(const ep::EpOutput& out, const ep::Placement& placement, int n_ranks,
                       const EpLayerArgs& args) {
-  write_safetensors(args.output, {{"hidden_states", out.layer.hidden_states},
-                                  {"topk_ids", out.layer.topk.ids},
-                                  {"topk_weights", out.layer.topk.weights}});
-  if (args.stats.empty()) return;
+  check_output_finite(out.layer.hidden_states, out.layer.topk, "the block");
+  OutputFile y(args.output, "--output");
+  write_safetensors(y.temp_path(), {{"hidden_states", out.layer.hidden_states},
+                                    {"topk_ids", out.layer.topk.ids},
+                                    {"topk_weights", out.layer.topk.weights}});
+  if (args.stats.empty()) return y.commit();
   nlohmann::json j = routing::to_json(out.layer.stats);
   nlohmann::json per_rank = nlohmann::json::array();
   for (int r = 0; r < n_ranks; ++r) {
@@ -45,9 +46,10 @@ void write_ep_outputs(const ep::EpOutput& out, const ep::Placement& placement, i
              {"combine", ep::transfer_name(args.wires.combine)},
              {"backend", args.backend},
              {"per_rank", per_rank}};
-  std::ofstream file(args.stats);
-  file << j.dump(2) << "\n";
-  MOE_CHECK(file.good(), "cannot write the stats file '{}'", args.stats);
+  OutputFile stats(args.stats, "--stats");
+  stats.stream() << j.dump(2) << "\n";
+  stats.commit();
+  y.commit();
 }
 
 }  // namespace detail

@@ -5,6 +5,8 @@
 #include <fstream>
 
 #include "commands.h"
+#include "validators.h"
+#include "moe/core/text_file.h"
 #include "moe/core/check.h"
 #include "moe/ep/memory_plan.h"
 #include "moe/layer/moe_config.h"
@@ -20,14 +22,7 @@ struct PlanArgs {
 };
 
 void run_plan(const PlanArgs& a) {
-  std::ifstream file(a.config);
-  MOE_CHECK(file.good(), "cannot open the config file '{}'", a.config);
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(file);
-  } catch (const nlohmann::json::exception& e) {
-    MOE_FAIL("config file '{}' is not valid JSON: {}", a.config, e.what());
-  }
+  const nlohmann::json config = read_json_file(a.config, "config file");
   const int n_experts = parse_moe_config(config).router.n_experts;
   const ep::Placement placement = ep::resolve_placement(a.placement, n_experts, a.ranks);
   const ep::PlanRequest request{.n_ranks = a.ranks,
@@ -56,11 +51,11 @@ Run add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand("plan", "Per-rank memory of a model under expert parallelism (estimates)");
   cmd->add_option("--config", args->config, "HuggingFace config.json")->required();
-  cmd->add_option("--ranks", args->ranks, "number of ranks (one device each)")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--ranks", args->ranks, "number of ranks (one device each)")->required()->check(kPositive);
   cmd->add_option("--device-memory", args->device_memory, "memory of one device, e.g. 141GiB")->required();
   cmd->add_option("--max-batched-tokens", args->max_batched_tokens, "tokens per rank per step")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--placement", args->placement, "placement JSON; default contiguous (experts must divide by ranks)");
   cmd->add_option("--dtype", args->dtype, "weights: bf16, or fp8 (e4m3, 128x128 block scales)")
       ->check(CLI::IsMember({"bf16", "fp8"}));

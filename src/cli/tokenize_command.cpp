@@ -19,7 +19,7 @@ struct TokenizeOptions {
   std::string text;
   std::string decode_ids;
   bool json = false;
-  bool add_special_tokens = false;
+  bool no_special_tokens = false;
   bool skip_special_tokens = false;
 };
 
@@ -32,7 +32,7 @@ void run_tokenize(const TokenizeOptions& o) {
     fmt::print("{}\n", o.json ? nlohmann::json(text).dump() : text);
     return;
   }
-  const std::vector<int32_t> ids = tokenizer.encode(o.text, o.add_special_tokens);
+  const std::vector<int32_t> ids = tokenizer.encode(o.text, !o.no_special_tokens);
   if (o.json) fmt::print("[{}]\n", fmt::join(ids, ", "));
   else fmt::print("{}\n", fmt::join(ids, " "));
 }
@@ -49,9 +49,16 @@ Run add_tokenize_command(CLI::App& app) {
   auto* decode = sub->add_option("--decode", options->decode_ids, "Comma-separated ids to decode (prints the text)");
   text->excludes(decode);
   sub->add_flag("--json", options->json, "Print ids as a JSON list, or the text as a JSON string");
-  sub->add_flag("--add-special-tokens", options->add_special_tokens,
-                "Add the post-processor's special tokens (e.g. a leading <s>) when encoding");
-  sub->add_flag("--skip-special-tokens", options->skip_special_tokens, "Leave special tokens out when decoding");
+  // NOTE: the default is transformers' (and moe generate --prompt's), so that ids printed here and given to
+  // generate --prompt-ids are the ids generate --prompt runs.
+  auto* no_special = sub->add_flag("--no-special-tokens", options->no_special_tokens,
+                                   "Encode without the post-processor's special tokens (e.g. Mixtral's leading <s>), "
+                                   "which are added by default, as transformers and moe generate --prompt do");
+  auto* skip_special =
+      sub->add_flag("--skip-special-tokens", options->skip_special_tokens, "Leave special tokens out when decoding");
+  // Each flag works in one direction only: given with the other it would do nothing.
+  no_special->needs(text);
+  skip_special->needs(decode);
   return [options, model, file, text, decode] {
     MOE_CHECK(*model || *file, "moe tokenize needs --model DIR or --tokenizer FILE");
     MOE_CHECK(*text || *decode, "moe tokenize needs --text TEXT or --decode 1,2,3");

@@ -13,6 +13,9 @@
 #include <sstream>
 #include <string_view>
 
+#include "moe/core/check.h"
+#include "moe/core/text_file.h"
+
 namespace moe {
 
 namespace fs = std::filesystem;
@@ -85,18 +88,7 @@ std::optional<std::string> closest_name(const std::string& query, const std::map
 
 std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   const std::string file = index_path.string();
-  std::ifstream in(index_path, std::ios::binary);
-  MOE_CHECK(in.is_open(), "cannot read index file '{}': {}", file, std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  MOE_CHECK(!in.bad(), "cannot read index file '{}'", file);
-
-  json index;
-  try {
-    index = json::parse(text.str());
-  } catch (const json::exception& e) {
-    MOE_FAIL("index file '{}' is not valid JSON ({})", file, e.what());
-  }
+  const json index = read_json_file(index_path, "index file");
   MOE_CHECK(index.is_object(), "index file '{}' is a JSON {}, expected an object with a \"weight_map\"", file,
             index.type_name());
   MOE_CHECK(index.contains("weight_map") && index["weight_map"].is_object(),

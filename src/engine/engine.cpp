@@ -51,7 +51,7 @@ std::unique_ptr<Engine> Engine::load(const fs::path& dir, EngineOptions options)
   options.model.max_batched_tokens = moe_workspace_tokens(options);
   std::optional<Tokenizer> tokenizer;
   const fs::path tokenizer_file = dir / "tokenizer.json";
-  if (fs::exists(tokenizer_file)) tokenizer = Tokenizer::load(tokenizer_file);
+  if (options.load_tokenizer && fs::exists(tokenizer_file)) tokenizer = Tokenizer::load(tokenizer_file);
   std::unique_ptr<model::CausalLM> model = model::CausalLM::load(dir, options.model);
   model::CausalLM& ref = *model;
   return std::unique_ptr<Engine>(new Engine(std::move(model), ref, std::move(tokenizer), std::move(options)));

@@ -2,7 +2,12 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "moe/core/check.h"
+#include "moe/core/json_config.h"
+#include "moe/core/text_file.h"
 
 namespace moe::engine {
 
@@ -19,6 +24,24 @@ void check_prompts(std::span<const std::vector<int32_t>> prompts, const model::M
 }
 
 }  // namespace
+
+SamplingParams generation_config_sampling(const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / "generation_config.json";
+  if (!std::filesystem::exists(path)) return {};
+  const nlohmann::json j = read_json_file(path, "generation config file");
+  try {
+    MOE_CHECK(j.is_object(), "it must hold a JSON object");
+    if (!json_config::get_bool(j, "do_sample", false)) return {};
+    const SamplingParams params{.temperature = json_config::get_double(j, "temperature", 1.0),
+                                .top_k = static_cast<int>(std::clamp<int64_t>(
+                                    json_config::get_int(j, "top_k", 50), -1, std::numeric_limits<int>::max())),
+                                .top_p = json_config::get_double(j, "top_p", 1.0)};
+    check_sampling_params(params);
+    return params;
+  } catch (const Error& e) {
+    MOE_FAIL("{}: {}", path.string(), e.what());
+  }
+}
 
 GenerationResult generate(Engine& engine, std::span<const std::vector<int32_t>> prompts,
                           const GenerationOptions& options) {

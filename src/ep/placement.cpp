@@ -6,6 +6,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "moe/core/text_file.h"
 #include "moe/core/check.h"
 
 namespace moe::ep {
@@ -166,13 +167,7 @@ void save_placement(const Placement& placement, const std::filesystem::path& pat
 namespace {
 
 nlohmann::json read_json(const std::filesystem::path& path, const char* what) {
-  std::ifstream file(path);
-  MOE_CHECK(file.good(), "cannot open the {} file '{}'", what, path.string());
-  try {
-    return nlohmann::json::parse(file);
-  } catch (const nlohmann::json::exception& e) {
-    MOE_FAIL("{} file '{}' is not valid JSON: {}", what, path.string(), e.what());
-  }
+  return read_json_file(path, fmt::format("{} file", what));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <fmt/ranges.h>
 
+#include "moe/core/text_file.h"
 #include "moe/core/check.h"
 #include "moe/core/json_config.h"
 #include "moe/core/tensor.h"
@@ -99,7 +100,8 @@ void parse_router(const json& c, const MoeRules& r, MoeConfig& m) {
   const int64_t n_experts = r.expert_count_alias
                                 ? get_int_any(c, {r.expert_count_key, r.expert_count_alias}, r.n_experts)
                                 : get_int(c, r.expert_count_key, r.n_experts);
-  m.router.n_experts = to_int(n_experts, r.expert_count_key);
+  m.router.n_experts = to_int(
+      n_experts, r.expert_count_alias ? given_key(c, {r.expert_count_key, r.expert_count_alias}) : r.expert_count_key);
   m.router.top_k = to_int(get_int(c, "num_experts_per_tok", r.top_k), "num_experts_per_tok");
   if (r.router == RouterRule::noaux_tc) {
     m.router.method = RoutingMethod::noaux_tc;
@@ -158,6 +160,8 @@ MoeConfig parse_moe_config(const json& c) {
   MOE_CHECK(c.is_object(), "config.json must hold a JSON object");
   MoeConfig m;
   m.model_type = get_string(c, "model_type", "");
+  MOE_CHECK(!m.model_type.empty(), "config.json has no 'model_type': it must name the model family, one of {}",
+            fmt::format("{}", fmt::join(supported_model_types(), ", ")));
   const MoeRules* rules = find_rules(m.model_type);
   if (!rules)
     MOE_FAIL("unsupported model_type '{}': supported are {}", m.model_type,
@@ -171,6 +175,7 @@ MoeConfig parse_moe_config(const json& c) {
   if (plain_shared) m.expert_intermediate_size = get_size(c, r.intermediate_key, r.intermediate_size);
   parse_shared(c, r, m);
   m.naming = r.naming;
+  m.intermediate_key = r.intermediate_key;
   m.layers = r.layers;
   if (r.layers == MoeLayerPattern::after_first_k_dense)
     m.first_k_dense_replace = get_int(c, "first_k_dense_replace", r.first_k_dense_replace);
@@ -198,10 +203,7 @@ MoeConfig parse_moe_config(const json& c) {
 }
 
 MoeConfig load_moe_config(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  MOE_CHECK(in.good(), "cannot open config file '{}'", path.string());
-  json c = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  MOE_CHECK(!c.is_discarded(), "config file '{}' is not valid JSON", path.string());
+  const json c = read_json_file(path, "config file");
   try {
     return parse_moe_config(c);
   } catch (const Error& e) {

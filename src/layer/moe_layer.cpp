@@ -1,5 +1,8 @@
 #include "moe/layer/moe_layer.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -39,6 +42,35 @@ Tensor layer_input_f32(const Tensor& x, int64_t hidden) {
     MOE_CHECK(std::isfinite(p[i]), "hidden_states contains NaN/Inf ({}) at token {}, column {}", p[i], i / hidden,
               i % hidden);
   return f;
+}
+
+void check_output_finite(const Tensor& out, const TopK& topk, const std::string& block) {
+  const int64_t T = out.size(0), H = out.size(1);
+  const float* y = out.data_as<float>();
+  std::vector<bool> bad(T, false);  // [T]
+  int64_t first = -1, n_bad = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H && !bad[t]; ++h) bad[t] = !std::isfinite(y[t * H + h]);
+    if (bad[t] && first < 0) first = t;
+    n_bad += bad[t];
+  }
+  if (n_bad == 0) return;
+  // Only now, on failure: the experts every non-finite token chose and no finite token did.
+  const int64_t K = topk.ids.defined() ? topk.ids.size(1) : 0;
+  const int32_t* ids = K > 0 ? topk.ids.data_as<int32_t>() : nullptr;
+  std::vector<int32_t> suspects(ids ? ids + first * K : nullptr, ids ? ids + (first + 1) * K : nullptr);
+  for (int64_t t = 0; t < T; ++t) {
+    const auto chose = [&](int32_t e) { return std::find(ids + t * K, ids + (t + 1) * K, e) != ids + (t + 1) * K; };
+    std::erase_if(suspects, [&](int32_t e) { return bad[t] != chose(e); });
+  }
+  std::string who = "no expert explains it: look at the router and the shared experts";
+  if (suspects.size() == 1)
+    who = fmt::format("expert {} explains it (every such token chose it, no finite one did)", suspects.front());
+  else if (suspects.size() > 1)
+    who = fmt::format("one of experts {} explains it (every such token chose them, no finite one did)",
+                      fmt::join(suspects, ", "));
+  MOE_FAIL("{}: the MoE block's output is not finite (NaN/Inf in {} of {} tokens, the first token {}); {}; check "
+           "the checkpoint's weights for NaN/Inf", block, n_bad, T, first, who);
 }
 
 MoeLayer::MoeLayer(MoeConfig config, MoeWeights weights, LayerOptions options)

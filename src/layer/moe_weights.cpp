@@ -1,5 +1,7 @@
 #include "moe/layer/moe_weights.h"
 
+#include <string>
+
 namespace moe {
 
 namespace {
@@ -14,7 +16,7 @@ class BlockReader {
   Tensor get(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) const {
     const std::string full = prefix_ + name;
     MOE_CHECK(checkpoint_.contains(full), "tensor '{}' not found in {}{}", full, checkpoint_.path().string(),
-              prefix_.empty() ? "" : fmt::format(" (is the block prefix '{}' right?)", prefix_));
+              prefix_hint(name));
     Tensor t = checkpoint_.get(full);
     MOE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
               "tensor '{}' is {}: weights must be F32, BF16 or F16", full, dtype_name(t.dtype()));
@@ -24,6 +26,19 @@ class BlockReader {
   }
 
  private:
+  // Why `name` is missing when a likely mistake explains it: a prefix without its trailing dot, or a whole
+  // model's checkpoint read without a block prefix.
+  std::string prefix_hint(const std::string& name) const {
+    if (!prefix_.empty() && !prefix_.ends_with('.') && checkpoint_.contains(prefix_ + "." + name))
+      return fmt::format(" (the block prefix '{}' lacks its trailing dot: '{}.')", prefix_, prefix_);
+    if (!prefix_.empty()) return fmt::format(" (is the block prefix '{}' right?)", prefix_);
+    for (const std::string& other : checkpoint_.names())
+      if (other.ends_with("." + name))
+        return fmt::format(" (the checkpoint holds whole layers: give the block prefix, e.g. '{}')",
+                           other.substr(0, other.size() - name.size()));
+    return "";
+  }
+
   const Checkpoint& checkpoint_;
   const std::string& prefix_;
 };
@@ -47,7 +62,7 @@ MoeWeights load_moe_weights(const Checkpoint& checkpoint, const std::string& pre
     w.correction_bias = r.get("gate.e_score_correction_bias", {E}, fmt::format("{} experts", E)).to_f32();
   }
 
-  const std::string expert_why = config.naming == ExpertNaming::w1_w3_w2 ? "intermediate_size" : "moe_intermediate_size";
+  const std::string expert_why = config.intermediate_key;
   if (r.contains("experts.gate_up_proj")) {
     // transformers 5 fused layout: gate rows then up rows of each expert.
     const Tensor gate_up = r.get("experts.gate_up_proj", {E, 2 * I, H}, expert_why);

@@ -126,6 +126,7 @@ class Model final : public CausalLM {
       const Tensor x = add_norm(h, delta, layer.post_norm);
       if (layer.moe) {
         MoeBlockOutput out = timed(times_, &ForwardTimes::moe, [&] { return layer.moe->forward(x); });
+        check_output_finite(out.hidden_states, out.topk, fmt::format("layer {}", l));
         delta = std::move(out.hidden_states);
         if (observer) report_routing(observer, batch, ids, l, out.topk);
       } else {

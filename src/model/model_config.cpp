@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "family.h"
+#include "moe/core/text_file.h"
 #include "moe/core/json_config.h"
 
 namespace moe::model {
@@ -157,16 +158,9 @@ ModelConfig load_model_config(const std::filesystem::path& dir) {
   MOE_CHECK(std::filesystem::is_directory(dir), "model directory '{}' does not exist", dir.string());
   MOE_CHECK(std::filesystem::exists(path), "'{}' has no config.json: is it a HuggingFace model directory?",
             dir.string());
-  auto read = [](const std::filesystem::path& p) {
-    std::ifstream in(p);
-    MOE_CHECK(in.good(), "cannot open '{}'", p.string());
-    json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-    MOE_CHECK(!j.is_discarded(), "'{}' is not valid JSON", p.string());
-    return j;
-  };
-  const json config = read(path);
+  const json config = read_json_file(path, "config file");
   const std::filesystem::path gen_path = dir / "generation_config.json";
-  const json generation = std::filesystem::exists(gen_path) ? read(gen_path) : json();
+  const json generation = std::filesystem::exists(gen_path) ? read_json_file(gen_path, "generation config file") : json();
   try {
     return parse_model_config(config, generation);
   } catch (const Error& e) {

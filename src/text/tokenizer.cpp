@@ -10,6 +10,7 @@
 #include "decoders.h"
 #include "json_source.h"
 #include "moe/core/check.h"
+#include "moe/core/text_file.h"
 #include "normalizers.h"
 #include "post_processor.h"
 #include "pre_tokenizers.h"
@@ -67,13 +68,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  MOE_CHECK(in.good(),
-            "cannot open tokenizer file {}: check the path (a model directory holds tokenizer.json)",
-            path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  return from_json(text.str(), path.string());
+  return from_json(read_text_file(path, "tokenizer file"), path.string());
 }
 
 Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& source) {

@@ -45,6 +45,14 @@ inline int64_t get_int(const json& c, const char* key, std::optional<int64_t> fa
   return v->is_number_integer() ? v->get<int64_t>() : static_cast<int64_t>(v->get<double>());
 }
 
+// The spelling of a key with aliases that the file uses (the first present), for messages; the first when
+// none is.
+inline const char* given_key(const json& c, std::initializer_list<const char*> keys) {
+  for (const char* key : keys)
+    if (find(c, key)) return key;
+  return *keys.begin();
+}
+
 // The first of several spellings that is present (transformers' attribute_map aliases); errors and the
 // fallback go by the first spelling.
 inline int64_t get_int_any(const json& c, std::initializer_list<const char*> keys, std::optional<int64_t> fallback) {
@@ -56,7 +64,7 @@ inline int64_t get_int_any(const json& c, std::initializer_list<const char*> key
 // A size of the model: an integer of at most kMaxConfigSize.
 inline int64_t get_size_any(const json& c, std::initializer_list<const char*> keys, std::optional<int64_t> fallback) {
   const int64_t v = get_int_any(c, keys, fallback);
-  MOE_CHECK(v <= kMaxConfigSize, "config.json key '{}' = {} is out of range (at most {})", *keys.begin(), v,
+  MOE_CHECK(v <= kMaxConfigSize, "config.json key '{}' = {} is out of range (at most {})", given_key(c, keys), v,
             kMaxConfigSize);
   return v;
 }

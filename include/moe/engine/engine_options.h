@@ -24,6 +24,9 @@ struct EngineOptions {
   // (each request's last token never is), with RoutingEvent::seq the request's id; may be empty. May be
   // called from several threads at once.
   model::RoutingObserver on_routing;
+  // Whether Engine::load reads DIR/tokenizer.json. Off for callers that give token ids and need no text:
+  // then a missing or broken tokenizer does not stop them.
+  bool load_tokenizer = true;
 };
 
 // The CUDA MoE blocks' workspace in tokens (ModelOptions::max_batched_tokens): a prefill step's forward

@@ -6,6 +6,7 @@
 // ids (kept in its output, as transformers does) or after max_new_tokens tokens.
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <span>
 #include <string>
@@ -30,6 +31,12 @@ struct GenerationResult : EngineStats {
   std::vector<std::vector<int32_t>> generated;  // [sequences][new tokens], EOS included when reached
   std::vector<bool> stopped_at_eos;             // [sequences]
 };
+
+// The sampling defaults of DIR/generation_config.json, read as transformers' GenerationConfig does:
+// do_sample false or absent (or no file) is greedy; do_sample true samples with the file's temperature,
+// top_k and top_p (transformers' defaults 1.0, 50 and 1.0 where it has none). Throws moe::Error naming the
+// file and the key for a malformed one.
+SamplingParams generation_config_sampling(const std::filesystem::path& dir);
 
 // Runs `prompts` (each non-empty, ids in [0, vocab)) through `engine`, which must have no unfinished
 // requests. Throws moe::Error for no prompts, an empty prompt, an id outside the vocabulary, bad sampling

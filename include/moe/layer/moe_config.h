@@ -35,6 +35,7 @@ enum class MoeLayerPattern : uint8_t {
 
 struct MoeConfig {
   std::string model_type;
+  std::string intermediate_key;  // the config.json key of expert_intermediate_size (OLMoE: intermediate_size)
   int64_t hidden_size = 0;
   int64_t expert_intermediate_size = 0;
   routing::RouterConfig router;

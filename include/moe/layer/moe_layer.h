@@ -32,6 +32,11 @@ struct LayerOutput {
 // x [T, H] (F32, BF16 or F16) as F32, checked for its shape and for NaN/Inf (moe::Error naming the token).
 Tensor layer_input_f32(const Tensor& x, int64_t hidden);
 
+// Throws moe::Error naming `block` (e.g. "layer 3") when out [T, H] F32 holds NaN/Inf, e.g. from a NaN in a
+// checkpoint's weights. It names the expert when one alone explains it (every non-finite token used it, no
+// finite token did), and the router or the shared experts when the choices hold no such expert.
+void check_output_finite(const Tensor& out, const TopK& topk, const std::string& block);
+
 class MoeLayer {
  public:
   // The local CPU stages (make_cpu_stages): the expert weights are repacked here when options.cpu_experts
