@@ -291,6 +291,20 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o) {
   return report;
 }
 
+StoredWeightBytes stored_weight_bytes(const fs::path& model) {
+  // The names of stored expert tensors: "<module>.weight", its "_scale_inv", or the AWQ triple.
+  static const std::regex stored(R"((.*\.experts\.\d+\.[a-z_0-9]+)\.(weight|weight_scale_inv|qweight|qzeros|scales))");
+  static const std::regex fused(R"(.*\.experts\.(gate_up_proj|down_proj)(_scales?_inv)?)");
+  const Checkpoint checkpoint = Checkpoint::open(model);
+  StoredWeightBytes bytes;
+  for (const std::string& name : checkpoint.names()) {
+    const auto n = static_cast<int64_t>(checkpoint.get(name).nbytes());
+    bytes.total += n;
+    if (std::regex_match(name, stored) || std::regex_match(name, fused)) bytes.routed_experts += n;
+  }
+  return bytes;
+}
+
 json quantize_report_json(const QuantizeReport& r) {
   json errors = json::array();
   for (const ExpertError& e : r.errors) {

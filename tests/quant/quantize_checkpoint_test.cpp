@@ -196,6 +196,45 @@ TEST(QuantizeCheckpoint, RefusesAndLeavesNothingHalfWritten) {
             std::string::npos);
 }
 
+std::string load_error(const fs::path& dir) {
+  try {
+    model::CausalLM::load(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(QuantizeCheckpoint, BadScalesAndBlockSizesNameTheTensorAtLoad) {
+  test::TempDir dir;
+  quantize_checkpoint(options(fixture("olmoe"), dir / "fp8", quant::QuantMethod::fp8_block));
+  const Checkpoint good = Checkpoint::open(dir / "fp8");
+  const std::string target = "model.layers.1.mlp.experts.5.up_proj.weight_scale_inv";
+  // A copy of the written checkpoint with one scale replaced, or with another block size in its config.
+  const auto variant = [&](const std::string& name, float scale, const json& block_size) {
+    const fs::path d = dir / name;
+    fs::create_directories(d);
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const std::string& n : good.names())
+      tensors.emplace_back(n, n == target ? Tensor::from_f32({1, 1}, std::vector<float>{scale}) : good.get(n));
+    write_safetensors(d / "model.safetensors", tensors);
+    json config = read_json(dir / "fp8" / "config.json");
+    config["quantization_config"]["weight_block_size"] = block_size;
+    std::ofstream(d / "config.json") << config.dump();
+    return d;
+  };
+  EXPECT_EQ(load_error(variant("ok", 1.0f, {128, 128})), "");
+  for (const float bad : {0.0f, NAN, -1.0f}) {
+    const std::string e = load_error(variant("bad", bad, {128, 128}));
+    EXPECT_NE(e.find("'model.layers.1.mlp.experts.5.up_proj.weight'"), std::string::npos) << e;
+    EXPECT_NE(e.find("finite and > 0"), std::string::npos) << e;
+    fs::remove_all(dir / "bad");
+  }
+  const std::string blocks = load_error(variant("blocks", 1.0f, {16, 16}));
+  EXPECT_NE(blocks.find("weight_block_size"), std::string::npos) << blocks;
+  EXPECT_NE(blocks.find("expected [2, 4]"), std::string::npos) << blocks;  // gate_proj [32, 64] of the first layer
+}
+
 TEST(QuantizeCheckpoint, FusedExpertsAreWrittenPerExpert) {
   // The qwen3_moe fixture with its experts fused as transformers 5 keeps them in memory.
   test::TempDir dir;

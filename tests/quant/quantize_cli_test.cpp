@@ -2,6 +2,7 @@
 // its report and writes it as JSON; bad input is one "error:" line and exit 2, with nothing written.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -60,6 +61,18 @@ TEST(QuantizeCli, WritesReportsAndTheCheckpointRuns) {
 
   const Output g = moe(dir, "generate --model " + (dir / "fp8").string() + " --prompt-ids 1,2,3 --max-new-tokens 4");
   EXPECT_EQ(g.result.exit_code, 0) << g.result.err;
+
+  // moe plan sets the stored bytes beside its fp8 estimate: within 1% (the fixture's matrices are smaller
+  // than one 128x128 block, so the estimate's whole-block scales differ slightly).
+  const Output p = moe(dir, "plan --config " + (dir / "fp8" / "config.json").string() +
+                                " --ranks 1 --device-memory 141GiB --max-batched-tokens 16 --dtype fp8 --model " +
+                                (dir / "fp8").string());
+  ASSERT_EQ(p.result.exit_code, 0) << p.result.err;
+  const size_t at = p.out.find("the plan's slots: ");
+  ASSERT_NE(at, std::string::npos) << p.out;
+  const size_t comma = p.out.find(", ", at + 18);
+  const double percent = std::stod(p.out.substr(comma + 2));
+  EXPECT_LT(std::fabs(percent), 1.0) << p.out;
 }
 
 TEST(QuantizeCli, BadInputIsOneErrorLine) {

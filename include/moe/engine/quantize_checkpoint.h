@@ -81,6 +81,14 @@ extern const std::vector<std::string> kBuiltinCalibration;
 // --out inside the model, a checkpoint already quantised, a size the format cannot pack.
 QuantizeReport quantize_checkpoint(const QuantizeOptions& options);
 
+// Bytes of a checkpoint's tensors as stored (headers only): the routed experts (their values and scales,
+// by the names above) and everything. What `moe plan --model` sets beside its estimate.
+struct StoredWeightBytes {
+  int64_t routed_experts = 0;
+  int64_t total = 0;
+};
+StoredWeightBytes stored_weight_bytes(const std::filesystem::path& model);
+
 // The report as JSON (what --report writes).
 nlohmann::json quantize_report_json(const QuantizeReport& report);
 
