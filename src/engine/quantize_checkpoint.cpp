@@ -9,12 +9,10 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <regex>
 #include <set>
 
 #include "moe/core/checkpoint.h"
-#include "moe/core/json_config.h"
 #include "moe/layer/moe_config.h"
 #include "moe/quant/int4_awq.h"
 #include "quantize_calibration.h"
@@ -59,10 +57,15 @@ TensorRole role_of(const std::string& name, bool quantize_gate) {
   return r;
 }
 
+// "<module>.weight" -> "<module>".
+std::string module_of(const std::string& weight_name) {
+  return weight_name.substr(0, weight_name.size() - std::string_view(".weight").size());
+}
+
 // The linear modules left in their dtype, as transformers' modules_to_not_convert matches them.
 std::string module_pattern(const std::string& weight_name) {
   static const std::regex digits(R"(\d+)");
-  return std::regex_replace(weight_name.substr(0, weight_name.size() - 7), digits, "*");
+  return std::regex_replace(module_of(weight_name), digits, "*");
 }
 
 bool inside(const fs::path& path, const fs::path& dir) {
@@ -132,7 +135,7 @@ class Writer {
       tensors_.emplace_back(name, std::move(q.values));
       tensors_.emplace_back(name + "_scale_inv", std::move(q.scale_inv));
     } else {
-      const std::string module = name.substr(0, name.size() - 7);
+      const std::string module = module_of(name);
       quant::AwqInt4Weight q;
       try {
         q = quant::quantize_awq_int4(w, scheme_.group_size);
