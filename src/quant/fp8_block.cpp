@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "moe/core/float_convert.h"
+#include "moe/core/thread_pool.h"
 
 namespace moe::quant {
 
@@ -90,17 +91,19 @@ Tensor dequantize_fp8_block(const Tensor& values, const Tensor& scale_inv, Fp8Bl
   Tensor w = Tensor::empty(out, values.shape());
   const uint8_t* v = v_src.data_as<uint8_t>();
   const float* s = s_src.data_as<float>();
-  std::vector<float> row(K);
-  for (int64_t m = 0; m < leading(values); ++m) {
-    for (int64_t r = 0; r < N; ++r) {
-      const float* scales = s + (m * nb + r / block.n) * kb;
-      const uint8_t* src = v + (m * N + r) * K;
+  // NOTE: in parallel over rows: a checkpoint the size of DeepSeek-V3's is dequantised here at load.
+  float* w_f32 = out == DType::F32 ? w.data_as<float>() : nullptr;
+  uint16_t* w_bf16 = out == DType::BF16 ? w.data_as<uint16_t>() : nullptr;
+  ThreadPool::global().parallel_for(leading(values) * N, 64, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(K));
+    for (int64_t i = begin; i < end; ++i) {  // i = m * N + r
+      const float* scales = s + ((i / N) * nb + (i % N) / block.n) * kb;
+      const uint8_t* src = v + i * K;
       for (int64_t c = 0; c < K; ++c) row[c] = fp8_e4m3_to_f32(src[c]) * scales[c / block.k];
-      const int64_t offset = (m * N + r) * K;
-      if (out == DType::F32) std::copy(row.begin(), row.end(), w.data_as<float>() + offset);
-      else convert_from_f32(row.data(), w.data_as<uint16_t>() + offset, DType::BF16, K);
+      if (w_f32) std::copy(row.begin(), row.end(), w_f32 + i * K);
+      else convert_from_f32(row.data(), w_bf16 + i * K, DType::BF16, K);
     }
-  }
+  });
   return w;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "moe/core/float_convert.h"
+#include "moe/core/thread_pool.h"
 
 namespace moe::quant {
 
@@ -95,19 +96,25 @@ Tensor dequantize_awq_int4(const AwqInt4Weight& w, int64_t group_size, DType out
   const Tensor qweight = w.qweight.to(DType::I32), qzeros = w.qzeros.to(DType::I32), scales = w.scales.to_f32();
   const int64_t K = qweight.size(0), cols = qweight.size(1), N = cols * kPack, G = group_size;
   Tensor result = Tensor::empty(out, {N, K});
-  std::vector<float> row(static_cast<size_t>(K));
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t c = n / kPack;
-    const int j = static_cast<int>(n % kPack);
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t g = k / G;
-      const auto q = static_cast<float>(awq_unpack(static_cast<uint32_t>(qweight.data_as<int32_t>()[k * cols + c]), j));
-      const auto z = static_cast<float>(awq_unpack(static_cast<uint32_t>(qzeros.data_as<int32_t>()[g * cols + c]), j));
-      row[k] = (q - z) * scales.data_as<float>()[g * N + n];
+  // NOTE: in parallel over outputs, as the fp8 dequantisation (whole checkpoints go through here at load).
+  const auto* packed = reinterpret_cast<const uint32_t*>(qweight.data_as<int32_t>());
+  const auto* zeros = reinterpret_cast<const uint32_t*>(qzeros.data_as<int32_t>());
+  const float* scale = scales.data_as<float>();
+  ThreadPool::global().parallel_for(N, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(K));
+    for (int64_t n = begin; n < end; ++n) {
+      const int64_t c = n / kPack;
+      const int j = static_cast<int>(n % kPack);
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t g = k / G;
+        const auto q = static_cast<float>(awq_unpack(packed[k * cols + c], j));
+        const auto z = static_cast<float>(awq_unpack(zeros[g * cols + c], j));
+        row[k] = (q - z) * scale[g * N + n];
+      }
+      if (out == DType::F32) std::copy(row.begin(), row.end(), result.data_as<float>() + n * K);
+      else convert_from_f32(row.data(), result.data_as<uint16_t>() + n * K, DType::BF16, K);
     }
-    if (out == DType::F32) std::copy(row.begin(), row.end(), result.data_as<float>() + n * K);
-    else convert_from_f32(row.data(), result.data_as<uint16_t>() + n * K, DType::BF16, K);
-  }
+  });
   return result;
 }
 
