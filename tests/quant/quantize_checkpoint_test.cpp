@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <tuple>
 
 #include "moe/core/checkpoint.h"
 #include "moe/engine/quantize_checkpoint.h"
 #include "moe/ep/memory_plan.h"
 #include "moe/model/causal_lm.h"
+#include "moe/quant/fp8_block.h"
 #include "temp_dir.h"
 
 namespace moe::engine {
@@ -233,6 +235,42 @@ TEST(QuantizeCheckpoint, BadScalesAndBlockSizesNameTheTensorAtLoad) {
   const std::string blocks = load_error(variant("blocks", 1.0f, {16, 16}));
   EXPECT_NE(blocks.find("weight_block_size"), std::string::npos) << blocks;
   EXPECT_NE(blocks.find("expected [2, 4]"), std::string::npos) << blocks;  // gate_proj [32, 64] of the first layer
+}
+
+TEST(QuantizeCheckpoint, Fp8DenseAndAttentionWeightsLoadAsTheirDequantisedValues) {
+  // DeepSeek-V3's release stores attention and the dense MLPs in fp8 too. The fixture with every 2-D weight
+  // but the embeddings, lm_head and routers in fp8 must run exactly as the float checkpoint holding the
+  // dequantised values of those weights.
+  test::TempDir dir;
+  const Checkpoint source = Checkpoint::open(fixture("deepseek_v3"));
+  std::vector<std::pair<std::string, Tensor>> fp8, dequantised;
+  int64_t converted = 0;
+  for (const std::string& name : source.names()) {
+    const Tensor t = source.get(name);
+    const bool keep = t.dim() != 2 || !name.ends_with(".weight") || name.find("embed_tokens") != std::string::npos ||
+                      name.starts_with("lm_head") || name.ends_with("mlp.gate.weight");
+    if (keep) {
+      fp8.emplace_back(name, t);
+      dequantised.emplace_back(name, t);
+      continue;
+    }
+    const quant::Fp8BlockShape block{.n = 16, .k = 16};
+    quant::Fp8BlockWeight q = quant::quantize_fp8_block(t, block);
+    dequantised.emplace_back(name, quant::dequantize_fp8_block(q.values, q.scale_inv, block, DType::BF16, name));
+    fp8.emplace_back(name, std::move(q.values));
+    fp8.emplace_back(name + "_scale_inv", std::move(q.scale_inv));
+    ++converted;
+  }
+  EXPECT_GT(converted, 3 * 16 * 2);  // experts, and attention and the dense MLP of layer 0 besides
+  json config = read_json(fixture("deepseek_v3") / "config.json");
+  for (const auto& [name, tensors, quantised] : {std::tuple{"fp8", &fp8, true}, std::tuple{"bf16", &dequantised, false}}) {
+    fs::create_directories(dir / name);
+    write_safetensors(dir / name / "model.safetensors", *tensors);
+    json c = config;
+    if (quantised) c["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {16, 16}}};
+    std::ofstream(dir / name / "config.json") << c.dump();
+  }
+  EXPECT_EQ(logits(dir / "fp8"), logits(dir / "bf16"));
 }
 
 TEST(QuantizeCheckpoint, FusedExpertsAreWrittenPerExpert) {

@@ -143,6 +143,44 @@ TEST(QuantizedLayer, Int4EveryFamily) {
   for (const char* type : test::kMoeModelTypes) check_family(type, QuantMethod::awq_int4, rng);
 }
 
+TEST(QuantizedLayer, Fp8FusedExpertsLoadAsThePerExpertOnes) {
+  // transformers' fused layout: experts.gate_up_proj [E, 2I, H] (gate rows, then up) and experts.down_proj
+  // [E, H, I] in fp8 with their "_scales_inv" [E, blocks, blocks]; the blocks of gate_up span both halves.
+  test::TestRng rng;
+  const test::MoeCase c = test::random_moe_case("qwen3_moe", rng);
+  json config = c.config;
+  quant::QuantScheme scheme;
+  scheme.method = QuantMethod::fp8_block;
+  scheme.fp8_block = {.n = 8, .k = 8};
+  config["quantization_config"] = quant::quant_scheme_json(scheme);
+  const MoeConfig moe_config = parse_moe_config(config);
+  const int64_t E = moe_config.router.n_experts, I = moe_config.expert_intermediate_size, H = moe_config.hidden_size;
+  Tensor gate_up = Tensor::empty(DType::F32, {E, 2 * I, H}), down = Tensor::empty(DType::F32, {E, H, I});
+  for (int64_t e = 0; e < E; ++e) {
+    const size_t rows = static_cast<size_t>(I * H);
+    std::memcpy(gate_up.data_as<float>() + 2 * e * rows, c.weight(fmt::format("experts.{}.gate_proj.weight", e)).to_f32().data(), rows * 4);
+    std::memcpy(gate_up.data_as<float>() + (2 * e + 1) * rows, c.weight(fmt::format("experts.{}.up_proj.weight", e)).to_f32().data(), rows * 4);
+    std::memcpy(down.data_as<float>() + e * rows, c.weight(fmt::format("experts.{}.down_proj.weight", e)).to_f32().data(), rows * 4);
+  }
+  const quant::Fp8BlockWeight gu = quant::quantize_fp8_block(gate_up, scheme.fp8_block);
+  const quant::Fp8BlockWeight dn = quant::quantize_fp8_block(down, scheme.fp8_block);
+  test::TempDir dir;
+  write_safetensors(dir / "model.safetensors", {{"gate.weight", c.weight("gate.weight")},
+                                                {"experts.gate_up_proj", gu.values}, {"experts.gate_up_proj_scales_inv", gu.scale_inv},
+                                                {"experts.down_proj", dn.values}, {"experts.down_proj_scales_inv", dn.scale_inv}});
+  const MoeWeights w = load_moe_weights(Checkpoint::open(dir.path()), "", moe_config);
+  const Tensor gate_up_want = quant::dequantize_fp8_block(gu.values, gu.scale_inv, scheme.fp8_block, DType::BF16, "gu");
+  const Tensor down_want = quant::dequantize_fp8_block(dn.values, dn.scale_inv, scheme.fp8_block, DType::BF16, "dn");
+  ASSERT_EQ(static_cast<int64_t>(w.experts.size()), E);
+  for (int64_t e = 0; e < E; ++e) {
+    const Tensor gate = w.experts[e].gate.to(DType::BF16), up = w.experts[e].up.to(DType::BF16), dw = w.experts[e].down.to(DType::BF16);
+    const size_t rows = static_cast<size_t>(I * H) * 2;
+    EXPECT_EQ(0, std::memcmp(gate.data(), static_cast<const char*>(gate_up_want.data()) + 2 * e * rows, rows)) << e;
+    EXPECT_EQ(0, std::memcmp(up.data(), static_cast<const char*>(gate_up_want.data()) + (2 * e + 1) * rows, rows)) << e;
+    EXPECT_EQ(0, std::memcmp(dw.data(), static_cast<const char*>(down_want.data()) + e * rows, rows)) << e;
+  }
+}
+
 TEST(QuantizedLayer, Fp8ActivationQuantisationWithinItsBound) {
   test::TestRng rng;
   const int64_t T = 5, N = 48, K = 300;  // K not a multiple of the 128-wide groups
