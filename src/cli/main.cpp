@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
       {"plan", moe::cli::add_plan_command(app)},
       {"tokenize", moe::cli::add_tokenize_command(app)},
       {"generate", moe::cli::add_generate_command(app)},
+      {"quantize", moe::cli::add_quantize_command(app)},
   };
   // Every option's help shows its default.
   app.option_defaults()->always_capture_default();

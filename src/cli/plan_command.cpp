@@ -8,6 +8,7 @@
 #include "validators.h"
 #include "moe/core/text_file.h"
 #include "moe/core/check.h"
+#include "moe/engine/quantize_checkpoint.h"
 #include "moe/ep/memory_plan.h"
 #include "moe/layer/moe_config.h"
 
@@ -16,7 +17,7 @@ namespace moe::cli {
 namespace {
 
 struct PlanArgs {
-  std::string config, device_memory, placement, dtype = "bf16";
+  std::string config, device_memory, placement, dtype = "bf16", model;
   int ranks = 0;
   int64_t max_batched_tokens = 0;
 };
@@ -41,6 +42,17 @@ void run_plan(const PlanArgs& a) {
                m.used() / kGiB, m.kv_room_bytes / kGiB, m.kv_tokens);
   fmt::print("KV cache: {} bytes per token (bf16, all layers); {:.0f} GiB per rank reserved\n",
              plan.kv_bytes_per_token, ep::kPlanReserveBytes / kGiB);
+  if (!a.model.empty()) {
+    // What a loaded checkpoint holds, beside the estimate (fp8 and int4 experts are what a GPU keeps; the CPU
+    // dequantises them to bf16 at load, 2 bytes a weight).
+    int64_t planned = 0;
+    for (const ep::RankMemory& m : plan.ranks) planned += m.expert_bytes;
+    const engine::StoredWeightBytes stored = engine::stored_weight_bytes(a.model);
+    fmt::print("checkpoint {} as stored: routed experts {:.4f} GiB ({} bytes; the plan's slots: {} bytes, {:+.2f}%), "
+               "all weights {:.4f} GiB\n", a.model, stored.routed_experts / kGiB, stored.routed_experts, planned,
+               planned > 0 ? 100.0 * (static_cast<double>(planned) / static_cast<double>(stored.routed_experts) - 1) : 0.0,
+               stored.total / kGiB);
+  }
   MOE_CHECK(plan.problems.empty(), "this setup does not fit: {} (--ranks, --dtype fp8, --max-batched-tokens)",
             plan.problems.front());
 }
@@ -57,6 +69,7 @@ Run add_plan_command(CLI::App& app) {
       ->required()
       ->check(kPositive);
   cmd->add_option("--placement", args->placement, "placement JSON; default contiguous (experts must divide by ranks)");
+  cmd->add_option("--model", args->model, "checkpoint directory: also print the bytes its weights take as stored");
   cmd->add_option("--dtype", args->dtype, "weights: bf16, or fp8 (e4m3, 128x128 block scales)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   return [args] { run_plan(*args); };

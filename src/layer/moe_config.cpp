@@ -198,6 +198,7 @@ MoeConfig parse_moe_config(const json& c) {
       m.mlp_only_layers.push_back(v.get<int64_t>());
     }
   }
+  m.quant = quant::parse_quant_scheme(c);
   routing::validate(m.router);
   return m;
 }

@@ -2,22 +2,25 @@
 
 #include <string>
 
+#include "moe/quant/linear_weight.h"
+
 namespace moe {
 
 namespace {
 
 class BlockReader {
  public:
-  BlockReader(const Checkpoint& checkpoint, const std::string& prefix) : checkpoint_(checkpoint), prefix_(prefix) {}
+  BlockReader(const Checkpoint& checkpoint, const std::string& prefix, const quant::QuantScheme& scheme)
+      : checkpoint_(checkpoint), prefix_(prefix), scheme_(scheme) {}
 
-  bool contains(const std::string& name) const { return checkpoint_.contains(prefix_ + name); }
+  bool contains(const std::string& name) const { return quant::has_linear_weight(checkpoint_, prefix_ + name); }
 
   // The tensor `prefix + name`, checked against `shape`; `why` says where the shape comes from.
   Tensor get(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) const {
     const std::string full = prefix_ + name;
-    MOE_CHECK(checkpoint_.contains(full), "tensor '{}' not found in {}{}", full, checkpoint_.path().string(),
-              prefix_hint(name));
-    Tensor t = checkpoint_.get(full);
+    MOE_CHECK(quant::has_linear_weight(checkpoint_, full), "tensor '{}' not found in {}{}", full,
+              checkpoint_.path().string(), prefix_hint(name));
+    Tensor t = quant::load_linear_weight(checkpoint_, full, scheme_);  // fp8 / int4 weights dequantised to BF16
     MOE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
               "tensor '{}' is {}: weights must be F32, BF16 or F16", full, dtype_name(t.dtype()));
     MOE_CHECK(t.shape() == shape, "tensor '{}' has shape {}, expected {} ({})", full, t.shape_string(),
@@ -41,6 +44,7 @@ class BlockReader {
 
   const Checkpoint& checkpoint_;
   const std::string& prefix_;
+  const quant::QuantScheme& scheme_;
 };
 
 SwigluWeights read_mlp(const BlockReader& r, const std::string& base, const char* gate, const char* up,
@@ -54,7 +58,7 @@ SwigluWeights read_mlp(const BlockReader& r, const std::string& base, const char
 }  // namespace
 
 MoeWeights load_moe_weights(const Checkpoint& checkpoint, const std::string& prefix, const MoeConfig& config) {
-  const BlockReader r(checkpoint, prefix);
+  const BlockReader r(checkpoint, prefix, config.quant);
   const int64_t H = config.hidden_size, I = config.expert_intermediate_size, E = config.router.n_experts;
   MoeWeights w;
   w.router = r.get("gate.weight", {E, H}, fmt::format("{} experts, hidden_size {}", E, H));

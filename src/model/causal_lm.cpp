@@ -41,7 +41,7 @@ class Model final : public CausalLM {
       : config_(load_model_config(dir)),
         checkpoint_(open_weights(dir)),
         family_(find_family(config_.model_type)),
-        reader_(checkpoint_, config_.model_type),
+        reader_(checkpoint_, config_.model_type, config_.moe.quant),
         rope_(config_.rope),
         ops_(std::move(ops)),
         times_(options.times) {

@@ -1,21 +1,23 @@
 #pragma once
 // Reads the decoder's tensors from a checkpoint by HF name, checking each against the shape the config
 // implies: errors give the full name, the shape found, the shape expected and the config keys behind it.
-// Tensors are zero-copy views of the mapped shards (F32, BF16 or F16).
+// Tensors are zero-copy views of the mapped shards (F32, BF16 or F16); fp8 and int4 linear weights (as the
+// config's quantization_config says) are dequantised to BF16 at load (quant/linear_weight.h).
 
 #include <string>
 #include <vector>
 
 #include "moe/core/checkpoint.h"
+#include "moe/quant/quant_scheme.h"
 
 namespace moe::model {
 
 class WeightReader {
  public:
-  WeightReader(const Checkpoint& checkpoint, std::string model_type)
-      : checkpoint_(checkpoint), model_type_(std::move(model_type)) {}
+  WeightReader(const Checkpoint& checkpoint, std::string model_type, quant::QuantScheme scheme = {})
+      : checkpoint_(checkpoint), model_type_(std::move(model_type)), scheme_(std::move(scheme)) {}
 
-  bool contains(const std::string& name) const { return checkpoint_.contains(name); }
+  bool contains(const std::string& name) const;
   // The view; `why` names the config keys the expected shape comes from.
   Tensor get(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) const;
   // The same converted to F32 (norm weights and biases: small vectors, converted once at load).
@@ -25,6 +27,7 @@ class WeightReader {
  private:
   const Checkpoint& checkpoint_;
   std::string model_type_;
+  quant::QuantScheme scheme_;
 };
 
 }  // namespace moe::model

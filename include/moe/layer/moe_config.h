@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/quant/quant_scheme.h"
 #include "moe/routing/router.h"
 
 namespace moe {
@@ -49,6 +50,9 @@ struct MoeConfig {
   int64_t first_k_dense_replace = 0;  // DeepSeek
   int64_t decoder_sparse_step = 1;    // Qwen2/3-MoE
   std::vector<int64_t> mlp_only_layers;
+  // How the checkpoint's linear weights are stored (quantization_config); quantised ones are dequantised
+  // at load (quant/linear_weight.h).
+  quant::QuantScheme quant;
 };
 
 // The model types accepted, in the order the README lists them (model/family.h's registry holds the same).

@@ -23,7 +23,8 @@ struct MoeWeights {
   Tensor shared_gate;                  // [1, H] for SharedExpertKind::sigmoid_gated
 };
 
-// Loads and checks names, shapes and dtypes (F32, BF16, F16). Errors give the full tensor name, the shape
+// Loads and checks names, shapes and dtypes (F32, BF16, F16; fp8 and int4 weights as config.quant says,
+// dequantised to BF16 at load, with their scales checked). Errors give the full tensor name, the shape
 // found and the shape the config implies.
 MoeWeights load_moe_weights(const Checkpoint& checkpoint, const std::string& prefix, const MoeConfig& config);
 

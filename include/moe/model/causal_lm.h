@@ -83,7 +83,8 @@ class CausalLM {
  public:
   virtual ~CausalLM() = default;
 
-  // Loads DIR (config.json, model.safetensors or a sharded index; F32, BF16, F16; memory-mapped). Throws
+  // Loads DIR (config.json, model.safetensors or a sharded index; F32, BF16, F16 memory-mapped; fp8 and int4
+  // checkpoints as quantization_config says, dequantised to BF16, quant/linear_weight.h). Throws
   // moe::Error naming the missing file or tensor, the shape that disagrees with the config, or the
   // unsupported model_type / feature.
   static std::unique_ptr<CausalLM> load(const std::filesystem::path& dir, const ModelOptions& options = {});

@@ -18,7 +18,9 @@ void parse_attention(const nlohmann::json& c, ModelConfig& m) {
 // NOTE: Mixtral checkpoints name the block block_sparse_moe; transformers 5 in memory (and some re-saved
 // checkpoints) call it mlp.
 std::string moe_block_prefix(const Checkpoint& checkpoint, const std::string& layer_prefix) {
-  const bool block_sparse = checkpoint.contains(layer_prefix + "block_sparse_moe.gate.weight");
+  // (An int4-quantised gate is stored as gate.qweight.)
+  const bool block_sparse = checkpoint.contains(layer_prefix + "block_sparse_moe.gate.weight") ||
+                            checkpoint.contains(layer_prefix + "block_sparse_moe.gate.qweight");
   return layer_prefix + (block_sparse ? "block_sparse_moe." : "mlp.");
 }
 
