@@ -78,7 +78,8 @@ class Model final : public CausalLM {
     const bool mla = c.attention == AttentionKind::mla;
     const int64_t key_row = mla ? c.kv_lora_rank + c.qk_rope_head_dim : c.num_kv_heads * c.head_dim;
     const int64_t value_row = mla ? c.kv_lora_rank : c.num_kv_heads * c.head_dim;
-    return std::make_unique<ModelKvCache>(this, c.num_layers, num_sequences, max_length, key_row, value_row);
+    return std::make_unique<ModelKvCache>(this, c.num_layers, num_sequences, max_length, key_row, value_row,
+                                          [this](std::vector<int64_t> shape) { return ops_->kv_blocks(std::move(shape)); });
   }
 
   Tensor forward(std::span<const std::vector<int32_t>> new_tokens, KvCache& kv_cache, bool last_only,
@@ -127,7 +128,7 @@ class Model final : public CausalLM {
       if (layer.moe) {
         MoeBlockOutput out = timed(times_, &ForwardTimes::moe, [&] { return layer.moe->forward(x); });
         delta = std::move(out.hidden_states);
-        if (observer) report_routing(observer, batch, ids, l, out.topk);
+        if (observer) report_routing(observer, batch, ids, l, {ops_->to_host(out.topk.ids), ops_->to_host(out.topk.weights)});
       } else {
         delta = timed(times_, &ForwardTimes::dense_mlp, [&] { return ops_->swiglu_mlp(x, layer.dense); });
       }
@@ -141,7 +142,7 @@ class Model final : public CausalLM {
       for (const BatchLayout::Span& s : batch.spans) rows.push_back(s.row + s.count - 1);
       out = ops_->gather_rows(out, rows);  // [spans, H]
     }
-    return timed(times_, &ForwardTimes::lm_head, [&] { return ops_->lm_head(out, lm_head_); });  // [rows, V]
+    return timed(times_, &ForwardTimes::lm_head, [&] { return ops_->to_host(ops_->lm_head(out, lm_head_)); });  // [rows, V]
   }
 
   DecoderLayer load_layer(int64_t i, const ModelOptions& options) {
