@@ -1,11 +1,10 @@
 // DecoderOps on the GPU: each op calls its CUDA op (moe/cuda/decoder_kernels.h, linear.h) on device tensors,
 // all on the legacy default stream, which the CUDA MoE blocks use too. Activations are bf16, the residual
-// stream, the KV pool and the logits fp32. The decoder hands the ops host checkpoint views as weights: each
-// is copied to the device once, the first time an op reads it, and kept by its host address for the
-// model's life. The small per-forward tables (positions, cache slots, block tables) go up when their
-// contents change, into a fresh device buffer, so that a kernel still reading the last one is undisturbed.
+// stream, the KV pool and the logits fp32. The weights go to the device at load (load_weight: bf16, norm
+// weights and biases fp32). The small per-forward tables (positions, cache slots, block tables, the rotary
+// frequencies) go up when their contents change, into a fresh device buffer, so that a kernel still reading
+// the last one is undisturbed.
 // NOTE: here and not in model/ or cuda/: model/ may not see cuda/, and cuda/ holds ops only.
-#include <map>
 #include <utility>
 #include <vector>
 
@@ -40,14 +39,13 @@ void require_device(const Tensor& t, DType dtype, const char* op, bool strided_r
 }
 
 // The last contents uploaded to one device table, re-sent only when they change.
-template <class T>
+template <class T, DType kDType>
 class DeviceTable {
  public:
   const T* upload(std::vector<T> values, cudaStream_t stream) {
     if (!device_.defined() || values != host_) {
       host_ = std::move(values);
-      device_ = cuda::device_empty(sizeof(T) == 8 ? DType::I64 : DType::I32,
-                                   {static_cast<int64_t>(host_.size())}, stream);
+      device_ = cuda::device_empty(kDType, {static_cast<int64_t>(host_.size())}, stream);
       // NOTE: from pageable memory the copy returns once the data is staged, so host_ may change after.
       MOE_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.data(), host_.size() * sizeof(T), cudaMemcpyHostToDevice,
                                      stream));
@@ -128,12 +126,11 @@ class CudaDecoderOps final : public model::DecoderOps {
                   static_cast<int64_t>(positions.size()) == x.size(0),
               "rope: rows {} do not hold {} heads with {} rotary dimensions from column {} ({} positions)",
               x.shape_string(), heads, 2 * half, offset, positions.size());
-    const Tensor inv_freq = Tensor::view(const_cast<float*>(table.inv_freq.data()), DType::F32, {half}, nullptr);
     const auto pairing = table.pairing == cpu::RopePairing::halves  ? cuda::RopePairing::halves
                          : table.pairing == cpu::RopePairing::pairs ? cuda::RopePairing::pairs
                                                                     : cuda::RopePairing::pairs_to_halves;
     cuda::rope({.x = bf16_data(x), .rows = x.size(0), .heads = heads, .head_stride = x.size(1) / heads,
-                .offset = offset, .inv_freq = weight(inv_freq, DType::F32).data_as<float>(), .half = half,
+                .offset = offset, .inv_freq = inv_freq_.upload({table.inv_freq.begin(), table.inv_freq.end()}, stream_), .half = half,
                 .attention_factor = table.attention_factor, .pairing = pairing,
                 .positions = positions_.upload({positions.begin(), positions.end()}, stream_)},
                stream_);
@@ -237,6 +234,10 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   Tensor lm_head(const Tensor& x, const Tensor& w) override { return gemm(x, w, DType::F32, "lm_head"); }
 
+  Tensor load_weight(const Tensor& view, bool fp32) override {
+    return cuda::to_device(view, fp32 ? DType::F32 : DType::BF16, stream_);
+  }
+
   Tensor kv_blocks(std::vector<int64_t> shape) override {
     return cuda::device_empty(DType::F32, std::move(shape), stream_);
   }
@@ -250,16 +251,15 @@ class CudaDecoderOps final : public model::DecoderOps {
     return {.heads = s.heads, .nope = s.nope, .rope = s.rope, .v = s.v, .rank = s.rank};
   }
 
-  // The device copy of host weight `w` in `dtype`, made on first use.
-  const Tensor& weight(const Tensor& w, DType dtype) {
-    MOE_CHECK(w.defined() && w.device() == Device::cpu, "a weight for the GPU's ops must be a host tensor");
-    const std::pair<const void*, DType> key{w.data(), dtype};
-    auto it = weights_.find(key);
-    if (it == weights_.end()) it = weights_.emplace(key, cuda::to_device(w, dtype, stream_)).first;
-    return it->second;
+  // A weight of load_weight's: on the device, in `dtype`.
+  static const Tensor& weight(const Tensor& w, DType dtype) {
+    MOE_CHECK(w.defined() && w.device() == Device::cuda && w.dtype() == dtype && w.is_contiguous(),
+              "a weight of the GPU's ops must come from their load_weight ({} on the device), got {} {} on the {}",
+              dtype_name(dtype), dtype_name(w.dtype()), w.shape_string(), w.device() == Device::cuda ? "device" : "host");
+    return w;
   }
 
-  // x [T, in] bf16 on the device · w [out, in]ᵀ (a host weight) -> [T, out] of out_dtype.
+  // x [T, in] bf16 on the device · w [out, in]ᵀ (load_weight's) -> [T, out] of out_dtype.
   Tensor gemm(const Tensor& x, const Tensor& w, DType out_dtype, const char* op) {
     require_device(x, DType::BF16, op);
     MOE_CHECK(w.dim() == 2 && w.size(1) == x.size(1), "{}: x {} does not match weight {}", op, x.shape_string(),
@@ -272,9 +272,9 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   cudaStream_t stream_ = nullptr;  // the legacy default stream (CudaMoeBlock's too)
   cuda::DenseGemm gemm_;
-  std::map<std::pair<const void*, DType>, Tensor> weights_;
-  DeviceTable<int32_t> ids_, slots_, attention_tables_, rows_;
-  DeviceTable<int64_t> positions_;
+  DeviceTable<int32_t, DType::I32> ids_, slots_, attention_tables_, rows_;
+  DeviceTable<int64_t, DType::I64> positions_;
+  DeviceTable<float, DType::F32> inv_freq_;
 };
 
 }  // namespace

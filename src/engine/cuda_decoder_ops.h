@@ -1,6 +1,6 @@
 #pragma once
 // The GPU's DecoderOps (cuda_decoder_ops.cpp), for load_cuda_causal_lm and for the tests that hold each op
-// against the CPU's. Its ops take and return device tensors; weights are host checkpoint views.
+// against the CPU's. Its ops take and return device tensors, and weights made by its load_weight.
 
 #include <memory>
 

@@ -41,7 +41,8 @@ class Model final : public CausalLM {
       : config_(load_model_config(dir)),
         checkpoint_(open_weights(dir)),
         family_(find_family(config_.model_type)),
-        reader_(checkpoint_, config_.model_type),
+        reader_(checkpoint_, config_.model_type,
+                [this](const Tensor& view, bool fp32) { return ops_->load_weight(view, fp32); }),
         rope_(config_.rope),
         ops_(std::move(ops)),
         times_(options.times) {

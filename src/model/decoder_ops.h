@@ -4,7 +4,7 @@
 // data itself, so that the same decoder runs on any backend's ops. The CPU's (cpu_decoder_ops.cpp) call
 // the ops of src/cpu/; tensors are F32 activations [rows, width] and the checkpoint's weights. Another
 // backend's ops keep activations on their device in their own dtypes (the GPU's: engine/cuda_decoder_ops.cpp)
-// and take the same checkpoint views as weights, which they copy to the device once.
+// and copy the weights to the device once, at load (load_weight).
 
 #include <cstdint>
 #include <filesystem>
@@ -80,6 +80,9 @@ class DecoderOps {
   // The logits: x [n, H] · lm_head [V, H]ᵀ -> [n, V] F32.
   virtual Tensor lm_head(const Tensor& x, const Tensor& weight) = 0;
 
+  // A checkpoint view as these ops keep it, called once per weight at load: the CPU's keep the view (fp32:
+  // converted to F32), the GPU's a device copy (bf16; fp32: F32).
+  virtual Tensor load_weight(const Tensor& view, bool fp32) = 0;
   // Memory for one layer's keys or values in the KV block pool: [num_blocks, block_tokens, row] F32 on the
   // ops' device, uninitialised (kv_cache.h).
   virtual Tensor kv_blocks(std::vector<int64_t> shape) = 0;

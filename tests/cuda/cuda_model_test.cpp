@@ -1,10 +1,13 @@
 // The whole decoder on the GPU (engine/cuda_model.h) on the transformers fixtures, against the fp32 CPU run
 // (reference experts) of the same checkpoint. Skips without a GPU.
 // Tolerances (bf16 weights and activations, fp32 residual stream, KV cache, softmax and sums):
-//   - prefill logits: normwise relative error per row <= 5e-2 against the CPU's, except rows of tokens that
-//     some MoE layer routes differently (a near tie tipped by bf16), which are counted and skipped;
+//   - prefill logits: normwise relative error per row <= 5e-2 against the CPU's (observed: 1.3e-2 to 3e-2),
+//     except rows of tokens that some MoE layer routes differently (a near tie tipped by bf16), which are
+//     counted and skipped, and the rows after such a token, whose attention reads its keys and values:
+//     <= 0.25 (observed up to 0.12, DeepSeek-V3's sigmoid routing);
 //   - greedy: the GPU's tokens equal transformers' up to the first step where the CPU's top-2 margin is
-//     below twice the largest logit difference between the backends in the prefill (the count is printed);
+//     below twice the largest logit difference between the backends in the prefill; the steps equal before
+//     the first difference, margins or not, are printed;
 //   - a batch of every prompt: each row within 1e-2 of that prompt alone (other GEMM shapes, same math);
 //   - a sequence whose KV blocks are out of order: the same logits (1e-6) as one whose blocks are in order.
 #include <gtest/gtest.h>
@@ -42,6 +45,8 @@ Tensor prefill(CausalLM& lm, const std::vector<int32_t>& ids, Routing* routing =
   });
 }
 
+constexpr double kLogitsTolerance = 5e-2, kAfterRerouteTolerance = 0.25;
+
 class GpuDecoder : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuDecoder, PrefillLogitsAndGreedyMatchTheCpu) {
@@ -50,8 +55,8 @@ TEST_P(GpuDecoder, PrefillLogitsAndGreedyMatchTheCpu) {
   const auto gpu = engine::load_cuda_causal_lm(fixture.dir, {});
   const auto cpu = CausalLM::load(fixture.dir);
   const int64_t V = gpu->info().vocab_size;
-  double worst = 0;
-  int64_t rows = 0, skipped = 0, steps = 0, possible = 0;
+  double worst = 0, worst_after = 0;
+  int64_t rows = 0, rows_after = 0, skipped = 0, steps = 0, equal = 0, possible = 0;
   for (const FixtureCase& c : fixture.cases) {
     SCOPED_TRACE("prompt: " + c.text);
     const auto n = static_cast<int64_t>(c.ids.size());
@@ -61,6 +66,8 @@ TEST_P(GpuDecoder, PrefillLogitsAndGreedyMatchTheCpu) {
     std::set<int64_t> rerouted;
     for (const auto& [key, experts] : cpu_routing)
       if (gpu_routing[key] != experts) rerouted.insert(key.second);
+    // Rows after a rerouted token read its keys and values: compared at the looser bound.
+    const int64_t first_rerouted = rerouted.empty() ? n : *rerouted.begin();
     double max_abs_diff = 0;
     for (int64_t r = 0; r < n; ++r) {
       if (rerouted.contains(r)) {
@@ -69,33 +76,47 @@ TEST_P(GpuDecoder, PrefillLogitsAndGreedyMatchTheCpu) {
       }
       const float *a = got.data_as<float>() + r * V, *b = want.data_as<float>() + r * V;
       const double err = row_rel_error(a, b, V);
-      EXPECT_LE(err, 5e-2) << "logits row " << r;
+      if (r > first_rerouted) {
+        EXPECT_LE(err, kAfterRerouteTolerance) << "logits row " << r << " (after a rerouted token)";
+        worst_after = std::max(worst_after, err);
+        ++rows_after;
+        continue;
+      }
+      EXPECT_LE(err, kLogitsTolerance) << "logits row " << r;
       worst = std::max(worst, err);
       ++rows;
       for (int64_t v = 0; v < V; ++v) max_abs_diff = std::max(max_abs_diff, std::fabs(double{a[v]} - b[v]));
     }
-    // Greedy decoding on the GPU against transformers' continuation, as long as the CPU's margins allow.
+    // Greedy decoding on the GPU against transformers' continuation: equal wherever the CPU's margin allows
+    // (asserted); the count of steps equal before the first difference is printed.
     possible += static_cast<int64_t>(c.generated.size());
     auto gpu_cache = gpu->new_cache(1, n + fixture.max_new_tokens);
     auto cpu_cache = cpu->new_cache(1, n + fixture.max_new_tokens);
     std::vector<std::vector<int32_t>> step = {c.ids};
+    bool within_margins = true;
     for (size_t i = 0; i < c.generated.size(); ++i) {
       const Tensor cpu_logits = cpu->forward(step, *cpu_cache, true);
       const Tensor gpu_logits = gpu->forward(step, *gpu_cache, true);
       std::vector<float> top(cpu_logits.data_as<float>(), cpu_logits.data_as<float>() + V);
       std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
-      if (top[0] - top[1] < 2 * max_abs_diff) break;  // a near tie: bf16 may pick either
+      within_margins = within_margins && top[0] - top[1] >= 2 * max_abs_diff;  // else bf16 may pick either
       const int32_t token = argmax(gpu_logits.data_as<float>(), V);
-      ASSERT_EQ(token, c.generated[i]) << "greedy step " << i;
-      ++steps;
+      if (within_margins) {
+        ASSERT_EQ(token, c.generated[i]) << "greedy step " << i;
+        ++steps;
+      }
+      if (token != c.generated[i]) break;
+      ++equal;
       step = {{token}};
     }
   }
   EXPECT_LE(skipped, std::max<int64_t>(2, (rows + skipped) / 10)) << "rows with rerouted tokens";
-  std::printf("[ %s gpu decoder ] worst normwise logits error %.2e over %lld rows (%lld rerouted skipped), "
-              "%lld of %lld greedy steps equal to transformers before a near tie\n",
-              GetParam().c_str(), worst, static_cast<long long>(rows), static_cast<long long>(skipped),
-              static_cast<long long>(steps), static_cast<long long>(possible));
+  std::printf("[ %s gpu decoder ] worst normwise logits error %.2e over %lld rows, %.2e over %lld rows after a "
+              "rerouted token (%lld rerouted skipped); greedy: %lld of %lld steps checked within the margins, %lld "
+              "equal to transformers before the first difference\n",
+              GetParam().c_str(), worst, static_cast<long long>(rows), worst_after, static_cast<long long>(rows_after),
+              static_cast<long long>(skipped), static_cast<long long>(steps), static_cast<long long>(possible),
+              static_cast<long long>(equal));
 }
 
 TEST_P(GpuDecoder, BatchEqualsEachAloneAndPagedEqualsContiguous) {

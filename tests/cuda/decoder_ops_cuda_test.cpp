@@ -45,7 +45,10 @@ class CudaOps : public ::testing::Test {
     for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = normal(rng_);
     return t.to(DType::BF16).to_f32();
   }
-  static Tensor up(const Tensor& x, DType dtype = DType::BF16) { return cuda::to_device(x, dtype, nullptr); }
+  static Tensor up(const Tensor& x) { return cuda::to_device(x, DType::BF16, nullptr); }
+  // A weight as the GPU's ops keep it (bf16; norm weights and biases fp32).
+  Tensor w16(const Tensor& w) { return gpu_->load_weight(w, false); }
+  Tensor w32(const Tensor& w) { return gpu_->load_weight(w, true); }
   Tensor down(const Tensor& x) { return gpu_->to_host(x).to_f32(); }
 
   // ||got - want|| / ||want|| within the bf16 bound, the seed printed on failure.
@@ -73,24 +76,24 @@ TEST_F(CudaOps, EmbeddingAddRmsNormAndGroupNorms) {
   const int64_t T = 7, H = 192, V = 50;
   const Tensor table = random({V, H}), weight = random({H}), delta = random({T, H});
   const std::vector<int32_t> ids = {3, 0, 49, 7, 7, 12, 31};
-  Tensor h_cpu = cpu_->embedding(table, ids), h_gpu = gpu_->embedding(table, ids);
+  Tensor h_cpu = cpu_->embedding(table, ids), h_gpu = gpu_->embedding(w16(table), ids);
   expect_close(h_gpu, h_cpu, "embedding", 0);
   const Tensor n_cpu = cpu_->add_rms_norm(h_cpu, delta, weight, 1e-6);
-  const Tensor n_gpu = gpu_->add_rms_norm(h_gpu, up(delta), weight, 1e-6);
+  const Tensor n_gpu = gpu_->add_rms_norm(h_gpu, up(delta), w32(weight), 1e-6);
   expect_close(n_gpu, n_cpu, "add_rms_norm");
   expect_close(h_gpu, h_cpu, "add_rms_norm residual", 1e-6);
-  EXPECT_THROW(gpu_->embedding(table, std::vector<int32_t>{V}), Error);
+  EXPECT_THROW(gpu_->embedding(w16(table), std::vector<int32_t>{V}), Error);
 
   const int64_t D = 32;
   Tensor x = random({T, 4 * D}), head_weight = random({D});
   Tensor x_gpu = up(x);
   cpu_->rms_norm(x, head_weight, 1e-6, D);
-  gpu_->rms_norm(x_gpu, head_weight, 1e-6, D);
+  gpu_->rms_norm(x_gpu, w32(head_weight), 1e-6, D);
   expect_close(x_gpu, x, "rms_norm per head");
   Tensor y = random({T, 80}), prefix_weight = random({64});
   Tensor y_gpu = up(y);
   cpu_->rms_norm_prefix(y, prefix_weight, 1e-6, 64);
-  gpu_->rms_norm_prefix(y_gpu, prefix_weight, 1e-6, 64);
+  gpu_->rms_norm_prefix(y_gpu, w32(prefix_weight), 1e-6, 64);
   expect_close(y_gpu, y, "rms_norm_prefix");
   Tensor c = random({T, 40}, 3.0f);
   Tensor c_gpu = up(c);
@@ -130,14 +133,15 @@ TEST_F(CudaOps, LinearSwigluGatherAndLmHead) {
   SKIP_WITHOUT_GPU();
   const int64_t T = 9, H = 128, I = 96, V = 1000;
   const Tensor x = random({T, H}), w = random({I, H}, 0.1f), bias = random({I});
-  expect_close(gpu_->linear(up(x), w, bias), cpu_->linear(x, w, bias), "linear with bias");
-  expect_close(gpu_->linear(up(x), w, {}), cpu_->linear(x, w, {}), "linear");
+  expect_close(gpu_->linear(up(x), w16(w), w32(bias)), cpu_->linear(x, w, bias), "linear with bias");
+  expect_close(gpu_->linear(up(x), w16(w), {}), cpu_->linear(x, w, {}), "linear");
   const SwigluWeights mlp{.gate = random({I, H}, 0.1f), .up = random({I, H}, 0.1f), .down = random({H, I}, 0.1f)};
-  expect_close(gpu_->swiglu_mlp(up(x), mlp), cpu_->swiglu_mlp(x, mlp), "swiglu_mlp");
+  const SwigluWeights mlp_gpu{.gate = w16(mlp.gate), .up = w16(mlp.up), .down = w16(mlp.down)};
+  expect_close(gpu_->swiglu_mlp(up(x), mlp_gpu), cpu_->swiglu_mlp(x, mlp), "swiglu_mlp");
   const std::vector<int64_t> rows = {8, 0, 3};
   expect_close(gpu_->gather_rows(up(x), rows), cpu_->gather_rows(x, rows), "gather_rows", 0);
   const Tensor head = random({V, H}, 0.1f);
-  const Tensor logits = gpu_->lm_head(up(x), head);
+  const Tensor logits = gpu_->lm_head(up(x), w16(head));
   EXPECT_EQ(logits.dtype(), DType::F32);
   expect_close(logits, cpu_->lm_head(x, head), "lm_head");
 }
@@ -182,10 +186,10 @@ TEST_F(CudaOps, MlaAbsorbedProducts) {
   const int64_t T = 6;
   const Tensor kv_b = random({shape.heads * (shape.nope + shape.v), shape.rank}, 0.2f);
   const Tensor q = random({T, shape.heads * (shape.nope + shape.rope)});
-  expect_close(gpu_->mla_absorb_queries(up(q), kv_b, shape), cpu_->mla_absorb_queries(q, kv_b, shape),
+  expect_close(gpu_->mla_absorb_queries(up(q), w16(kv_b), shape), cpu_->mla_absorb_queries(q, kv_b, shape),
                "mla_absorb_queries");
   const Tensor context = random({T, shape.heads * shape.rank});
-  expect_close(gpu_->mla_expand_context(up(context), kv_b, shape), cpu_->mla_expand_context(context, kv_b, shape),
+  expect_close(gpu_->mla_expand_context(up(context), w16(kv_b), shape), cpu_->mla_expand_context(context, kv_b, shape),
                "mla_expand_context");
 }
 
