@@ -122,6 +122,9 @@ class Model final : public CausalLM {
     };
     Tensor h = timed(times_, &ForwardTimes::embedding, [&] { return ops_->embedding(embed_, ids); });  // [T, H]
     Tensor delta;                                                                                      // [T, H]
+    // NOTE: the routing is read once the whole forward is enqueued: on a device, reading it after each layer
+    // would wait for that layer's work before the next layer's could be queued.
+    std::vector<std::pair<int64_t, TopK>> routing;  // (layer, its choices) of the MoE layers
     for (int64_t l = 0; l < config_.num_layers; ++l) {
       DecoderLayer& layer = layers_[l];
       delta = layer.attention->forward(add_norm(h, delta, layer.input_norm), batch, cache, l);
@@ -129,7 +132,7 @@ class Model final : public CausalLM {
       if (layer.moe) {
         MoeBlockOutput out = timed(times_, &ForwardTimes::moe, [&] { return layer.moe->forward(x); });
         delta = std::move(out.hidden_states);
-        if (observer) report_routing(observer, batch, ids, l, {ops_->to_host(out.topk.ids), ops_->to_host(out.topk.weights)});
+        if (observer) routing.emplace_back(l, std::move(out.topk));
       } else {
         delta = timed(times_, &ForwardTimes::dense_mlp, [&] { return ops_->swiglu_mlp(x, layer.dense); });
       }
@@ -143,7 +146,10 @@ class Model final : public CausalLM {
       for (const BatchLayout::Span& s : batch.spans) rows.push_back(s.row + s.count - 1);
       out = ops_->gather_rows(out, rows);  // [spans, H]
     }
-    return timed(times_, &ForwardTimes::lm_head, [&] { return ops_->to_host(ops_->lm_head(out, lm_head_)); });  // [rows, V]
+    Tensor logits = timed(times_, &ForwardTimes::lm_head, [&] { return ops_->to_host(ops_->lm_head(out, lm_head_)); });
+    for (const auto& [l, topk] : routing)
+      report_routing(observer, batch, ids, l, {ops_->to_host(topk.ids), ops_->to_host(topk.weights)});
+    return logits;  // [rows, V]
   }
 
   DecoderLayer load_layer(int64_t i, const ModelOptions& options) {
