@@ -252,7 +252,7 @@ Run add_generate_command(CLI::App& app) {
   auto* top_p = cmd->add_option("--top-p", args->top_p, "sampling: keep the most likely tokens up to this mass (0, 1]");
   auto* top_k = cmd->add_option("--top-k", args->top_k, "sampling: keep the K most likely tokens (0: all)");
   auto* seed = cmd->add_option("--seed", args->seed, "sampling: random seed (default 0)");
-  cmd->add_option("--backend", args->backend, "cpu, or cuda (the MoE blocks on the GPU)")
+  cmd->add_option("--backend", args->backend, "cpu, or cuda (the whole decoder on the GPU; with --ep the MoE blocks only)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--cpu-experts", args->cpu_experts,
                   "reference (fp32 exact) or fast (bf16 kernels); default: fast for BF16 checkpoints, reference for "

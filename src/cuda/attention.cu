@@ -1,6 +1,6 @@
 // Paged attention over the fp32 KV pools: the cache write of a batch's new rows, and causal attention of
 // each query row against its sequence's blocks. A block a (row, query head); its warps take every
-// kWarps-th key, each with an fp32 online softmax (running max, sum and weighted values over its lanes'
+// kAttentionWarps-th key, each with an fp32 online softmax (running max, sum and weighted values over its lanes'
 // value columns), merged at the end. Simple and exact enough to be the reference the faster kernels are
 // measured against; decode reads each key once per query head of its group.
 #include <string>
@@ -12,8 +12,10 @@ namespace moe::cuda {
 
 namespace {
 
-constexpr int kAttentionWarps = 4;
-constexpr int kMaxDk = 1024, kMaxDv = 512, kValuesPerLane = kMaxDv / 32;
+// NOTE: 16 warps, so that a long sequence's keys are spread over 16 online softmaxes (a 2048-token prompt:
+// 4 warps prefilled at 24k tokens/s on the H200, the attention most of it).
+constexpr int kAttentionWarps = 16;
+constexpr int kMaxDk = 1024, kMaxDv = 512;
 
 __global__ void append_kv_kernel(const bf16* __restrict__ rows, int64_t width, int64_t row_stride,
                                  const int32_t* __restrict__ slot, float* __restrict__ pool) {
@@ -22,6 +24,8 @@ __global__ void append_kv_kernel(const bf16* __restrict__ rows, int64_t width, i
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[c] = __bfloat162float(rows[row * row_stride + c]);
 }
 
+// VALUES_PER_LANE: the value columns each lane accumulates (dv <= 32 · VALUES_PER_LANE).
+template <int VALUES_PER_LANE>
 __global__ void __launch_bounds__(32 * kAttentionWarps) paged_attention_kernel(PagedAttentionArgs a) {
   __shared__ float q[kMaxDk];
   __shared__ float warp_max[kAttentionWarps], warp_sum[kAttentionWarps];
@@ -35,9 +39,9 @@ __global__ void __launch_bounds__(32 * kAttentionWarps) paged_attention_kernel(P
 
   const int32_t* table = a.block_tables + a.row_table[row];
   const int64_t visible = a.row_visible[row], key_row = a.kv_heads * a.dk, value_row = a.kv_heads * a.dv;
-  float running_max = -INFINITY, sum = 0.0f, acc[kValuesPerLane];
+  float running_max = -INFINITY, sum = 0.0f, acc[VALUES_PER_LANE];
 #pragma unroll
-  for (int i = 0; i < kValuesPerLane; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < VALUES_PER_LANE; ++i) acc[i] = 0.0f;
   for (int64_t j = warp; j < visible; j += kAttentionWarps) {
     const int64_t slot = int64_t{table[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
     const float* k = a.keys + slot * key_row + kv_head * a.dk;
@@ -50,7 +54,7 @@ __global__ void __launch_bounds__(32 * kAttentionWarps) paged_attention_kernel(P
     sum = sum * correction + p;
     const float* v = a.values + slot * value_row + kv_head * a.dv;
 #pragma unroll
-    for (int i = 0; i < kValuesPerLane; ++i) {
+    for (int i = 0; i < VALUES_PER_LANE; ++i) {
       const int64_t d = lane + 32 * i;
       acc[i] = acc[i] * correction + (d < a.dv ? p * v[d] : 0.0f);
     }
@@ -60,7 +64,7 @@ __global__ void __launch_bounds__(32 * kAttentionWarps) paged_attention_kernel(P
     warp_sum[warp] = sum;
   }
 #pragma unroll
-  for (int i = 0; i < kValuesPerLane; ++i)
+  for (int i = 0; i < VALUES_PER_LANE; ++i)
     if (lane + 32 * i < a.dv) warp_acc[warp][lane + 32 * i] = acc[i];
   __syncthreads();
 
@@ -96,7 +100,10 @@ void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream) {
                    "paged_attention: " + std::to_string(args.heads) + " query heads are not a multiple of " +
                        std::to_string(args.kv_heads) + " KV heads");
   if (args.rows * args.heads == 0) return;
-  paged_attention_kernel<<<static_cast<unsigned>(args.rows * args.heads), 32 * kAttentionWarps, 0, stream>>>(args);
+  const auto blocks = static_cast<unsigned>(args.rows * args.heads);
+  if (args.dv <= 128) paged_attention_kernel<4><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
+  else if (args.dv <= 256) paged_attention_kernel<8><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
+  else paged_attention_kernel<16><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
   MOE_CUDA_CHECK_LAUNCH();
 }
 
