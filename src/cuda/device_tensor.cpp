@@ -35,4 +35,29 @@ Tensor to_host(const Tensor& x, cudaStream_t stream) {
   return out;
 }
 
+Tensor HostStaging::to_host(const Tensor& x, cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(x.device() == Device::cuda && x.is_contiguous(), "to_host: needs a contiguous device tensor");
+  // NOTE: a few buffers cover a caller that keeps the last step's logits while it asks for the next; a free
+  // one too small is replaced, and past them a buffer is made for the one copy.
+  constexpr size_t kMaxBuffers = 4;
+  Buffer* slot = nullptr;
+  for (Buffer& b : buffers_) {
+    if (b.data.use_count() != 1) continue;
+    if (b.bytes >= x.nbytes()) return copy_into(b.data, x, stream);
+    slot = &b;
+  }
+  if (slot == nullptr && buffers_.size() < kMaxBuffers) slot = &buffers_.emplace_back();
+  void* p = nullptr;
+  MOE_CUDA_CHECK(cudaMallocHost(&p, x.nbytes() > 0 ? x.nbytes() : 16));
+  const std::shared_ptr<void> data(p, [](void* q) { cudaFreeHost(q); });
+  if (slot != nullptr) *slot = {.data = data, .bytes = x.nbytes()};
+  return copy_into(data, x, stream);
+}
+
+Tensor HostStaging::copy_into(const std::shared_ptr<void>& data, const Tensor& x, cudaStream_t stream) {
+  MOE_CUDA_CHECK(cudaMemcpyAsync(data.get(), x.data(), x.nbytes(), cudaMemcpyDeviceToHost, stream));
+  MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return Tensor::view(data.get(), x.dtype(), x.shape(), data);
+}
+
 }  // namespace moe::cuda

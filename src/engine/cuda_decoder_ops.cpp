@@ -242,7 +242,7 @@ class CudaDecoderOps final : public model::DecoderOps {
     return cuda::device_empty(DType::F32, std::move(shape), stream_);
   }
 
-  Tensor to_host(const Tensor& x) override { return x.device() == Device::cuda ? cuda::to_host(x, stream_) : x; }
+  Tensor to_host(const Tensor& x) override { return x.device() == Device::cuda ? staging_.to_host(x, stream_) : x; }
 
  private:
   using KvBlockShape = model::KvBlockPool::Shape;
@@ -272,6 +272,7 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   cudaStream_t stream_ = nullptr;  // the legacy default stream (CudaMoeBlock's too)
   cuda::DenseGemm gemm_;
+  cuda::HostStaging staging_;  // the logits and the routing on their way back
   DeviceTable<int32_t, DType::I32> ids_, slots_, attention_tables_, rows_;
   DeviceTable<int64_t, DType::I64> positions_;
   DeviceTable<float, DType::F32> inv_freq_;

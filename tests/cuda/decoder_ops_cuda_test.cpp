@@ -180,6 +180,18 @@ TEST_F(CudaOps, PagedAttentionPrefillThenDecode) {
   EXPECT_NE(gpu_cache.block_table(0).front(), 0);
 }
 
+// The host copies come through reused page-locked buffers: one the caller still holds is never written.
+TEST_F(CudaOps, HostCopiesStayValidWhileHeld) {
+  SKIP_WITHOUT_GPU();
+  const Tensor first = random({8, 1000});
+  const Tensor held = gpu_->to_host(up(first));
+  for (const int64_t rows : {2, 16, 8, 1, 32, 8}) {
+    const Tensor other = random({rows, 1000});
+    expect_close(gpu_->to_host(up(other)), other, "to_host", 0);
+  }
+  expect_close(up(held.to_f32()), first, "to_host held", 0);
+}
+
 TEST_F(CudaOps, MlaAbsorbedProducts) {
   SKIP_WITHOUT_GPU();
   const model::MlaShape shape{.heads = 4, .nope = 32, .rope = 16, .v = 24, .rank = 64};

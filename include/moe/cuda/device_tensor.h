@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "moe/core/tensor.h"
@@ -18,5 +19,23 @@ Tensor device_empty(DType dtype, std::vector<int64_t> shape, cudaStream_t stream
 Tensor to_device(const Tensor& x, DType dtype, cudaStream_t stream);
 // A host copy of contiguous device tensor x; synchronises the stream.
 Tensor to_host(const Tensor& x, cudaStream_t stream);
+
+// Host copies into page-locked buffers, each reused once no tensor views it any more: a decode step's
+// logits come back at the link's rate, into pages already mapped (a fresh pageable tensor of a batch's
+// logits costs more in page faults than the copy itself).
+class HostStaging {
+ public:
+  // As to_host, into a page-locked buffer.
+  Tensor to_host(const Tensor& x, cudaStream_t stream);
+
+ private:
+  struct Buffer {
+    std::shared_ptr<void> data;  // cudaFreeHost when the last tensor viewing it goes
+    size_t bytes = 0;
+  };
+  static Tensor copy_into(const std::shared_ptr<void>& data, const Tensor& x, cudaStream_t stream);
+
+  std::vector<Buffer> buffers_;
+};
 
 }  // namespace moe::cuda
