@@ -144,4 +144,8 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
   return rows;
 }
 
+double device_copy_tbps() { return measure_copy_tbps(nullptr); }
+
+double device_matmul_tflops() { return measure_matmul_tflops(nullptr); }
+
 }  // namespace moe::cli

@@ -23,7 +23,8 @@ struct BenchArgs {
   bool dispatch = false, tokens_given = false;  // --dispatch: the expert-parallel exchange (bench_dispatch.cpp)
   std::string wire = "bf16,fp8";
   int64_t hidden = 7168;
-  ModelBenchArgs model;       // --model: the whole model (bench_model.cpp)
+  ModelBenchArgs model;       // --model: the whole model (bench_model.cpp, bench_model_cuda.cpp)
+  std::string batches = "1";  // --batch: its batch sizes on the GPU
   std::string write_model;    // --write-model: write the random checkpoint for --model
   int64_t model_layers = 4;
   bool repeats_given = false;
@@ -73,9 +74,17 @@ void run_bench(const BenchArgs& a) {
   if (a.dispatch) return run_dispatch(a);
   if (!a.write_model.empty()) return write_random_model(a.write_model, a.model_layers);
   if (!a.model.model.empty()) {
-    MOE_CHECK(a.backend == "cpu", "--model times the CPU model runner: drop --backend cuda");
     ModelBenchArgs m = a.model;
     if (a.repeats_given) m.repeats = a.repeats;
+    m.batches = parse_tokens(a.batches);
+    if (a.backend == "cuda") {
+#if MOE_WITH_CUDA
+      return run_model_bench_cuda(m);
+#else
+      MOE_FAIL("this build has no CUDA backend (no nvcc at configure time): use --backend cpu");
+#endif
+    }
+    MOE_CHECK(m.batches == std::vector<int64_t>{1}, "--batch is the GPU's (--backend cuda); the CPU model bench runs one sequence");
     m.cpu_weights = a.cpu.weights == "int8" ? quant::WeightFormat::int8 : quant::WeightFormat::bf16;
     return run_model_bench(m);
   }
@@ -144,8 +153,10 @@ Run add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--hidden", args->hidden, "--dispatch: hidden size H")->check(kPositive)->capture_default_str();
   cmd->add_option("--model", args->model.model,
-                  "time the whole model in DIR on the CPU instead: prefill and decode tokens/s, the time of each "
-                  "part, the floor (--repeats defaults to 3 here)");
+                  "time the whole model in DIR instead: prefill and decode tokens/s and the floor (the CPU: the "
+                  "time of each part; --repeats defaults to 3 here)");
+  cmd->add_option("--batch", args->batches, "--model --backend cuda: comma-separated batch sizes (sequences per step)")
+      ->capture_default_str();
   cmd->add_option("--prompt-tokens", args->model.prompt_tokens, "--model: prompt length")
       ->check(kPositive)
       ->capture_default_str();

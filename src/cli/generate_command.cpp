@@ -308,7 +308,7 @@ Run add_generate_command(CLI::App& app) {
                                 "sampling: keep the K most likely tokens (0: all); default: generation_config.json's "
                                 "top_k when it samples (transformers' 50 if it has none), else 0");
   auto* seed = cmd->add_option("--seed", args->seed, "sampling: random seed, an integer in [0, 2^64)");
-  cmd->add_option("--backend", args->backend, "cpu, or cuda (the MoE blocks on the GPU)")
+  cmd->add_option("--backend", args->backend, "cpu, or cuda (the whole decoder on the GPU; with --ep the MoE blocks only)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--cpu-experts", args->cpu_experts,
                   "reference (fp32 exact) or fast (bf16 kernels); default: fast for BF16 checkpoints, reference for "

@@ -6,6 +6,9 @@
 #include "load_counter.h"
 #include "moe/core/check.h"
 #include "moe/core/checkpoint.h"
+#if MOE_WITH_CUDA
+#include "moe/engine/cuda_model.h"
+#endif
 
 namespace moe::engine {
 
@@ -36,6 +39,15 @@ void check_logits(const Tensor& logits, int64_t rows) {
             logits.shape_string(), rows);
 }
 
+// The cuda backend runs the whole decoder on the GPU, except under expert parallelism (a moe_block function),
+// whose blocks take host activations: there only the MoE blocks run on the GPUs.
+std::unique_ptr<model::CausalLM> load_model(const fs::path& dir, const model::ModelOptions& options) {
+#if MOE_WITH_CUDA
+  if (options.backend == model::ModelBackend::cuda && !options.moe_block) return load_cuda_causal_lm(dir, options);
+#endif
+  return model::CausalLM::load(dir, options);
+}
+
 }  // namespace
 
 CpuExperts default_cpu_experts(const fs::path& dir) {
@@ -52,7 +64,7 @@ std::unique_ptr<Engine> Engine::load(const fs::path& dir, EngineOptions options)
   std::optional<Tokenizer> tokenizer;
   const fs::path tokenizer_file = dir / "tokenizer.json";
   if (options.load_tokenizer && fs::exists(tokenizer_file)) tokenizer = Tokenizer::load(tokenizer_file);
-  std::unique_ptr<model::CausalLM> model = model::CausalLM::load(dir, options.model);
+  std::unique_ptr<model::CausalLM> model = load_model(dir, options.model);
   model::CausalLM& ref = *model;
   return std::unique_ptr<Engine>(new Engine(std::move(model), ref, std::move(tokenizer), std::move(options)));
 }

@@ -4,6 +4,8 @@
 // DecoderOps (decoder_ops.h); the pieces in attention.h, moe_block.h, rope.h, kv_cache.h, family.h.
 #include "moe/model/causal_lm.h"
 
+#include <cmath>
+
 #include "attention.h"
 #include "decoder_ops.h"
 #include "family.h"
@@ -41,7 +43,8 @@ class Model final : public CausalLM {
       : config_(load_model_config(dir)),
         checkpoint_(open_weights(dir)),
         family_(find_family(config_.model_type)),
-        reader_(checkpoint_, config_.model_type, config_.moe.quant),
+        reader_(checkpoint_, config_.model_type, config_.moe.quant,
+                [this](const Tensor& view, bool fp32) { return ops_->load_weight(view, fp32); }),
         rope_(config_.rope),
         ops_(std::move(ops)),
         times_(options.times) {
@@ -78,7 +81,8 @@ class Model final : public CausalLM {
     const bool mla = c.attention == AttentionKind::mla;
     const int64_t key_row = mla ? c.kv_lora_rank + c.qk_rope_head_dim : c.num_kv_heads * c.head_dim;
     const int64_t value_row = mla ? c.kv_lora_rank : c.num_kv_heads * c.head_dim;
-    return std::make_unique<ModelKvCache>(this, c.num_layers, num_sequences, max_length, key_row, value_row);
+    return std::make_unique<ModelKvCache>(this, c.num_layers, num_sequences, max_length, key_row, value_row,
+                                          [this](std::vector<int64_t> shape) { return ops_->kv_blocks(std::move(shape)); });
   }
 
   Tensor forward(std::span<const std::vector<int32_t>> new_tokens, KvCache& kv_cache, bool last_only,
@@ -120,15 +124,21 @@ class Model final : public CausalLM {
     };
     Tensor h = timed(times_, &ForwardTimes::embedding, [&] { return ops_->embedding(embed_, ids); });  // [T, H]
     Tensor delta;                                                                                      // [T, H]
+    // NOTE: the routing is read once the whole forward is enqueued: on a device, reading it after each layer
+    // would wait for that layer's work before the next layer's could be queued.
+    std::vector<std::pair<int64_t, TopK>> routing;  // (layer, its choices) of the MoE layers
     for (int64_t l = 0; l < config_.num_layers; ++l) {
       DecoderLayer& layer = layers_[l];
       delta = layer.attention->forward(add_norm(h, delta, layer.input_norm), batch, cache, l);
       const Tensor x = add_norm(h, delta, layer.post_norm);
       if (layer.moe) {
         MoeBlockOutput out = timed(times_, &ForwardTimes::moe, [&] { return layer.moe->forward(x); });
-        check_output_finite(out.hidden_states, out.topk, fmt::format("layer {}", l));
+        // NOTE: a device block's output stays on the device (reading it back would wait for each layer):
+        // there the logits are checked once they are on the host, below.
+        if (out.hidden_states.device() == Device::cpu)
+          check_output_finite(out.hidden_states, out.topk, fmt::format("layer {}", l));
         delta = std::move(out.hidden_states);
-        if (observer) report_routing(observer, batch, ids, l, out.topk);
+        if (observer) routing.emplace_back(l, std::move(out.topk));
       } else {
         delta = timed(times_, &ForwardTimes::dense_mlp, [&] { return ops_->swiglu_mlp(x, layer.dense); });
       }
@@ -142,7 +152,14 @@ class Model final : public CausalLM {
       for (const BatchLayout::Span& s : batch.spans) rows.push_back(s.row + s.count - 1);
       out = ops_->gather_rows(out, rows);  // [spans, H]
     }
-    return timed(times_, &ForwardTimes::lm_head, [&] { return ops_->lm_head(out, lm_head_); });  // [rows, V]
+    Tensor logits = timed(times_, &ForwardTimes::lm_head, [&] { return ops_->to_host(ops_->lm_head(out, lm_head_)); });
+    const float* z = logits.data_as<float>();
+    for (int64_t i = 0; i < logits.numel(); ++i)
+      MOE_CHECK(std::isfinite(z[i]), "the logits of row {} are not finite: a layer of the model overflowed or its "
+                "weights hold NaN or Inf (the CPU backend names the layer)", i / logits.size(1));
+    for (const auto& [l, topk] : routing)
+      report_routing(observer, batch, ids, l, {ops_->to_host(topk.ids), ops_->to_host(topk.weights)});
+    return logits;  // [rows, V]
   }
 
   DecoderLayer load_layer(int64_t i, const ModelOptions& options) {

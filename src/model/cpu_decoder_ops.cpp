@@ -84,6 +84,13 @@ class CpuDecoderOps final : public DecoderOps {
 
   Tensor lm_head(const Tensor& x, const Tensor& weight) override { return cpu::linear(x, weight); }
 
+  Tensor load_weight(const Tensor& view, bool fp32) override { return fp32 ? view.to_f32() : view; }
+
+  // NOTE: uninitialised, so that the host pages of blocks never handed out are never touched.
+  Tensor kv_blocks(std::vector<int64_t> shape) override { return Tensor::empty(DType::F32, std::move(shape)); }
+
+  Tensor to_host(const Tensor& x) override { return x; }
+
  private:
   static cpu::MlaDims dims(const MlaShape& s) {
     return {.heads = s.heads, .nope = s.nope, .rope = s.rope, .v = s.v, .rank = s.rank};

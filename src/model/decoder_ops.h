@@ -2,7 +2,9 @@
 // The ops the decoder runs, behind one interface that a backend implements: the decoder (causal_lm.cpp,
 // gqa_attention.cpp, mla_attention.cpp) composes layers from these calls only and never touches a tensor's
 // data itself, so that the same decoder runs on any backend's ops. The CPU's (cpu_decoder_ops.cpp) call
-// the ops of src/cpu/; tensors are F32 activations [rows, width] and the checkpoint's weights.
+// the ops of src/cpu/; tensors are F32 activations [rows, width] and the checkpoint's weights. Another
+// backend's ops keep activations on their device in their own dtypes (the GPU's: engine/cuda_decoder_ops.cpp)
+// and copy the weights to the device once, at load (load_weight).
 
 #include <cstdint>
 #include <filesystem>
@@ -77,6 +79,15 @@ class DecoderOps {
   virtual Tensor gather_rows(const Tensor& x, std::span<const int64_t> rows) = 0;
   // The logits: x [n, H] · lm_head [V, H]ᵀ -> [n, V] F32.
   virtual Tensor lm_head(const Tensor& x, const Tensor& weight) = 0;
+
+  // A checkpoint view as these ops keep it, called once per weight at load: the CPU's keep the view (fp32:
+  // converted to F32), the GPU's a device copy (bf16; fp32: F32).
+  virtual Tensor load_weight(const Tensor& view, bool fp32) = 0;
+  // Memory for one layer's keys or values in the KV block pool: [num_blocks, block_tokens, row] F32 on the
+  // ops' device, uninitialised (kv_cache.h).
+  virtual Tensor kv_blocks(std::vector<int64_t> shape) = 0;
+  // x as a host tensor (itself where it already is one): the logits and the routing the caller reads.
+  virtual Tensor to_host(const Tensor& x) = 0;
 };
 
 // The CPU's ops (src/cpu/), in fp32.

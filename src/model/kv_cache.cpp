@@ -4,15 +4,16 @@
 
 namespace moe::model {
 
-KvBlockPool::KvBlockPool(const Shape& shape) : shape_(shape) {
+KvBlockPool::KvBlockPool(const Shape& shape, const Storage& storage) : shape_(shape) {
   MOE_CHECK(shape.num_layers >= 1 && shape.num_blocks >= 1 && shape.block_tokens >= 1 && shape.key_row >= 1 &&
                 shape.value_row >= 1 && shape.num_blocks <= INT32_MAX,
             "a KV block pool needs layers, blocks, tokens per block and row widths >= 1, got {}, {}, {}, {}, {}",
             shape.num_layers, shape.num_blocks, shape.block_tokens, shape.key_row, shape.value_row);
   // NOTE: uninitialised (Tensor::empty), so that the host pages of blocks never handed out are never touched.
+  const Storage allocate = storage ? storage : [](std::vector<int64_t> s) { return Tensor::empty(DType::F32, std::move(s)); };
   for (int64_t l = 0; l < shape.num_layers; ++l) {
-    keys_.push_back(Tensor::empty(DType::F32, {shape.num_blocks, shape.block_tokens, shape.key_row}));
-    values_.push_back(Tensor::empty(DType::F32, {shape.num_blocks, shape.block_tokens, shape.value_row}));
+    keys_.push_back(allocate({shape.num_blocks, shape.block_tokens, shape.key_row}));
+    values_.push_back(allocate({shape.num_blocks, shape.block_tokens, shape.value_row}));
   }
   for (int64_t b = shape.num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
   in_use_.assign(shape.num_blocks, false);
@@ -49,7 +50,7 @@ int64_t blocks_for(int64_t tokens, int64_t block_tokens) { return (tokens + bloc
 }  // namespace
 
 ModelKvCache::ModelKvCache(const void* owner, int64_t num_layers, int64_t num_sequences, int64_t max_length,
-                           int64_t key_row, int64_t value_row)
+                           int64_t key_row, int64_t value_row, const KvBlockPool::Storage& storage)
     : owner_(owner),
       max_length_(max_length),
       pool_([&] {
@@ -59,7 +60,7 @@ ModelKvCache::ModelKvCache(const void* owner, int64_t num_layers, int64_t num_se
                                   .num_blocks = checked_mul(num_sequences, blocks_for(max_length, kKvBlockTokens), "KV cache blocks"),
                                   .key_row = key_row,
                                   .value_row = value_row};
-      }()) {
+      }(), storage) {
   lengths_.assign(num_sequences, 0);
   tables_.resize(num_sequences);
 }

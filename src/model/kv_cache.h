@@ -2,13 +2,15 @@
 // The paged KV cache: fixed-size blocks of key and value rows in one pool for every layer, and a block table
 // per sequence (position p of a sequence sits in its table's block p / block_tokens, row p % block_tokens).
 // A sequence takes blocks as it grows and gives them back when released, so that a scheduler can admit
-// sequences by free blocks rather than by their longest possible length. The blocks are Tensors (host memory
-// here); the attention op reads them through the block table, never as one contiguous array.
+// sequences by free blocks rather than by their longest possible length. The blocks are Tensors in the
+// memory the pool's storage function gives (host memory by default, the GPU's for its ops); the attention
+// op reads them through the block table, never as one contiguous array.
 // GQA caches the keys [kv_heads, head_dim] and values [kv_heads, head_dim] of each token; MLA the compressed
 // latent (kv_a_layernorm applied) and the rotated rotary key as its one key head [rank + rope], the latent
 // as its value [rank], with kv_b_proj absorbed into the queries and the output (mla_attention.cpp).
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -27,7 +29,10 @@ class KvBlockPool {
     int64_t num_layers = 0, num_blocks = 0, block_tokens = kKvBlockTokens;
     int64_t key_row = 0, value_row = 0;  // floats per token and layer
   };
-  explicit KvBlockPool(const Shape& shape);
+  // Memory for one layer's keys or values, [num_blocks, block_tokens, row] F32 (DecoderOps::kv_blocks);
+  // empty: uninitialised host memory.
+  using Storage = std::function<Tensor(std::vector<int64_t> shape)>;
+  explicit KvBlockPool(const Shape& shape, const Storage& storage = {});
 
   const Shape& shape() const { return shape_; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
@@ -38,7 +43,8 @@ class KvBlockPool {
   // Gives `block` back; freeing a block twice, or one outside the pool, is an error.
   void free(int32_t block);
 
-  // Block `block`'s rows of `layer`: keys [block_tokens, key_row], values [block_tokens, value_row] F32.
+  // Block `block`'s rows of `layer`: keys [block_tokens, key_row], values [block_tokens, value_row] F32,
+  // in the storage's memory (block 0's: the start of the layer's pool).
   float* keys(int64_t layer, int32_t block) const;
   float* values(int64_t layer, int32_t block) const;
 
@@ -51,9 +57,9 @@ class KvBlockPool {
 
 class ModelKvCache final : public KvCache {
  public:
-  // A pool with room for every sequence at max_length (blocks are taken as sequences grow).
+  // A pool with room for every sequence at max_length (blocks are taken as sequences grow), in `storage`.
   ModelKvCache(const void* owner, int64_t num_layers, int64_t num_sequences, int64_t max_length, int64_t key_row,
-               int64_t value_row);
+               int64_t value_row, const KvBlockPool::Storage& storage = {});
 
   int64_t num_sequences() const override { return static_cast<int64_t>(lengths_.size()); }
   int64_t length(int64_t seq) const override;

@@ -8,7 +8,7 @@ namespace moe::model {
 
 namespace {
 
-// Any MoeLayer: its host forward runs the CPU stages in place, or the CUDA stages through pinned staging.
+// The CPU stages, in place.
 class LayerMoeBlock final : public MoeBlock {
  public:
   explicit LayerMoeBlock(MoeLayer layer) : layer_(std::move(layer)) {}
@@ -21,6 +21,25 @@ class LayerMoeBlock final : public MoeBlock {
  private:
   MoeLayer layer_;
 };
+
+#if MOE_WITH_CUDA
+// The CUDA stages: host activations through the layer's host path (pinned staging), device activations
+// (the decoder on the GPU) through its device forward, on the legacy default stream the GPU decoder's
+// ops use too, with nothing copied to the host.
+class CudaMoeBlock final : public MoeBlock {
+ public:
+  explicit CudaMoeBlock(MoeLayer layer) : layer_(std::move(layer)) {}
+
+  MoeBlockOutput forward(const Tensor& x) override {
+    LayerOutput out = x.device() == Device::cuda ? forward_device_tensors(layer_, x, Stream::cuda(nullptr))
+                                                 : layer_.forward(x);
+    return {.hidden_states = std::move(out.hidden_states), .topk = std::move(out.topk)};
+  }
+
+ private:
+  MoeLayer layer_;
+};
+#endif
 
 class FunctionMoeBlock final : public MoeBlock {
  public:
@@ -52,7 +71,7 @@ std::unique_ptr<MoeBlock> make_cuda_moe_block(const MoeConfig& config, const Moe
   MOE_CHECK(cuda_device_available(), "backend cuda: no GPU is visible (use the cpu backend)");
   MOE_CHECK(options.max_batched_tokens >= 1, "max_batched_tokens must be at least 1, got {}",
             options.max_batched_tokens);
-  return std::make_unique<LayerMoeBlock>(
+  return std::make_unique<CudaMoeBlock>(
       MoeLayer(config, make_cuda_stages(config, weights, {.max_tokens = options.max_batched_tokens})));
 #else
   (void)config, (void)weights, (void)options;

@@ -18,7 +18,8 @@ struct MoeBlockOutput {
 class MoeBlock {
  public:
   virtual ~MoeBlock() = default;
-  // x [T, H] F32 (after post_attention_layernorm).
+  // x [T, H] (after post_attention_layernorm): F32 on the host, or for the CUDA block BF16 on the device too
+  // (the outputs then stay on the device).
   virtual MoeBlockOutput forward(const Tensor& x) = 0;
 };
 
@@ -26,8 +27,8 @@ class MoeBlock {
 std::unique_ptr<MoeBlock> make_cpu_moe_block(const MoeConfig& config, MoeWeights weights, const ModelOptions& options);
 // A block that runs `fn` (ModelOptions::moe_block).
 std::unique_ptr<MoeBlock> make_function_moe_block(ModelOptions::MoeBlockFn fn);
-// Uploads the weights (experts bf16, router fp32); activations go in as bf16 and come back fp32, in
-// chunks of at most options.max_batched_tokens tokens. Throws moe::Error in a build without CUDA or
+// Uploads the weights (experts bf16, router fp32); host activations go in as bf16 and come back fp32, in
+// chunks of at most options.max_batched_tokens tokens; device activations stay on the device. Throws moe::Error in a build without CUDA or
 // without a visible GPU.
 std::unique_ptr<MoeBlock> make_cuda_moe_block(const MoeConfig& config, const MoeWeights& weights,
                                               const ModelOptions& options);

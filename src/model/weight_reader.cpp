@@ -6,7 +6,7 @@ namespace moe::model {
 
 bool WeightReader::contains(const std::string& name) const { return quant::has_linear_weight(checkpoint_, name); }
 
-Tensor WeightReader::get(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) const {
+Tensor WeightReader::view(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) const {
   MOE_CHECK(contains(name),
             "tensor '{}' not found in {}: the checkpoint does not match its config.json (model_type {})", name,
             checkpoint_.path().string(), model_type_);
@@ -22,7 +22,13 @@ Tensor WeightReader::get(const std::string& name, const std::vector<int64_t>& sh
 
 Tensor WeightReader::get_f32(const std::string& name, const std::vector<int64_t>& shape,
                              const std::string& why) const {
-  return get(name, shape, why).to_f32();
+  const Tensor t = view(name, shape, why);
+  return placement_ ? placement_(t, true) : t.to_f32();
+}
+
+Tensor WeightReader::get(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) const {
+  const Tensor t = view(name, shape, why);
+  return placement_ ? placement_(t, false) : t;
 }
 
 }  // namespace moe::model

@@ -73,6 +73,10 @@ class CountingOps final : public DecoderOps {
   Tensor lm_head(const Tensor& x, const Tensor& weight) override {
     return count("lm_head"), cpu_->lm_head(x, weight);
   }
+  // Storage and transfers, not ops of the decoder's arithmetic: forwarded uncounted.
+  Tensor load_weight(const Tensor& view, bool fp32) override { return cpu_->load_weight(view, fp32); }
+  Tensor kv_blocks(std::vector<int64_t> shape) override { return cpu_->kv_blocks(std::move(shape)); }
+  Tensor to_host(const Tensor& x) override { return cpu_->to_host(x); }
 
  private:
   void count(const std::string& op) { ++counts_[op]; }

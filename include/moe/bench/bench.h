@@ -92,6 +92,10 @@ struct CpuBenchOptions {
 // Each backend's runner: one row per token count.
 std::vector<BenchRow> run_cpu_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
                                     const CpuBenchOptions& options);
+// The device's ceilings, measured now (bench_cuda.cpp): device-to-device copy TB/s (bytes read and written)
+// and cuBLAS bf16 GEMM TFLOP/s.
+double device_copy_tbps();
+double device_matmul_tflops();
 std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
                                      BenchRouting routing, int repeats);
 

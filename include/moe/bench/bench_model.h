@@ -1,9 +1,10 @@
 #pragma once
-// `moe bench --model DIR` (whole-model prefill and decode on the CPU) and `moe bench --write-model DIR`
-// (the random-weight checkpoint it is usually run on). bench_model.cpp.
+// `moe bench --model DIR` (whole-model prefill and decode on the CPU: bench_model.cpp; on the GPU:
+// bench_model_cuda.cpp) and `moe bench --write-model DIR` (the random-weight checkpoint it is usually run on).
 
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 
 #include "moe/cpu/fast_experts.h"
 #include "moe/layer/moe_layer.h"
@@ -16,9 +17,14 @@ struct ModelBenchArgs {
   int repeats = 3;
   CpuExperts cpu_experts = CpuExperts::fast;
   quant::WeightFormat cpu_weights = quant::WeightFormat::bf16;
+  std::vector<int64_t> batches = {1};  // the GPU's: sequences per step, one row each
 };
 
 void run_model_bench(const ModelBenchArgs& args);
+// The whole decoder on the GPU (engine/cuda_model.h): per batch size, prefill and decode tokens/s after a
+// warm-up run, and the decode roofline (the bytes a step must read / the device copy bandwidth measured in
+// the same run). Throws moe::Error in a build without CUDA or without a GPU.
+void run_model_bench_cuda(const ModelBenchArgs& args);
 
 // Qwen3-MoE-shaped random BF16 checkpoint with `layers` decoder layers (~1.3 GB each) into `dir`.
 void write_random_model(const std::filesystem::path& dir, int64_t layers);

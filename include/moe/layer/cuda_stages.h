@@ -31,6 +31,11 @@ struct CudaLayerOptions {
 // as host tensors (timings.experts_ms: the device time of the forwards), and synchronises.
 LayerStages make_cuda_stages(const MoeConfig& config, const MoeWeights& weights, CudaLayerOptions options = {});
 
+// MoeLayer's device forward (of these stages) with its outputs made on `stream`'s device: x [T, H] BF16 on
+// the device, any T (run in chunks of max_tokens) -> hidden_states [T, H] F32 and topk [T, k] there; stats
+// and timings are left empty. Nothing is copied to the host and nothing synchronises.
+LayerOutput forward_device_tensors(MoeLayer& layer, const Tensor& x, Stream stream);
+
 // Whether a CUDA device is present and usable by this process.
 bool cuda_device_available();
 

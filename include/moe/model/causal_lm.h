@@ -2,7 +2,8 @@
 // A HuggingFace MoE causal language model (mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3)
 // loaded from a model directory: embeddings, decoder layers (attention + MoE or dense MLP), final norm and
 // lm_head, with a paged KV cache. The MoE blocks run through moe::MoeLayer on the CPU or the CUDA stages
-// (ModelBackend::cuda); everything else runs on the CPU in fp32.
+// (ModelBackend::cuda); everything else runs on the CPU in fp32 here, or on the GPU with the decoder's ops
+// there (engine/cuda_model.h).
 
 #include <cstdint>
 #include <filesystem>

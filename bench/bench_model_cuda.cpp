@@ -1,0 +1,112 @@
+// `moe bench --model DIR --backend cuda`: the whole decoder on the GPU (engine/cuda_model.h). Per batch size
+// B: B random prompts of --prompt-tokens prefilled in one forward, then --decode-tokens greedy steps of all B
+// at once; the times are wall clock over forwards that end in reading the logits (the step's only host
+// synchronisation besides the routing), after a warm-up run of the same batch. The decode roofline is the
+// bytes a step must read over the device copy bandwidth measured in the same run: every weight but the
+// routed experts' (bf16; the embedding: one row per token), the routers (fp32), the experts B tokens touch
+// (E · (1 - (1 - k/E)^B) per layer for uniform routing; the random checkpoints route about so) and the KV
+// cache (fp32) at the mean length.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "moe/bench/bench.h"
+#include "moe/bench/bench_model.h"
+#include "moe/core/checkpoint.h"
+#include "moe/engine/cuda_model.h"
+#include "moe/model/model_config.h"
+
+namespace moe::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct RunTimes {
+  double prefill = 0, decode = 0;  // seconds
+};
+
+// One prefill of `batch` prompts and decode_tokens greedy steps of them all.
+RunTimes run_once(model::CausalLM& lm, int64_t batch, int64_t prompt, int64_t decode, std::mt19937& rng) {
+  const int64_t V = lm.info().vocab_size;
+  std::uniform_int_distribution<int32_t> token(1, static_cast<int32_t>(V - 1));
+  auto cache = lm.new_cache(batch, prompt + decode);
+  std::vector<std::vector<int32_t>> tokens(batch);
+  for (auto& t : tokens)
+    for (int64_t i = 0; i < prompt; ++i) t.push_back(token(rng));
+  RunTimes times;
+  auto start = Clock::now();
+  Tensor logits = lm.forward(tokens, *cache, true);  // [batch, V]
+  times.prefill = seconds_since(start);
+  start = Clock::now();
+  for (int64_t step = 0; step < decode; ++step) {
+    for (int64_t s = 0; s < batch; ++s) {
+      const float* row = logits.data_as<float>() + s * V;
+      tokens[s] = {static_cast<int32_t>(std::max_element(row, row + V) - row)};
+    }
+    logits = lm.forward(tokens, *cache, true);
+  }
+  times.decode = seconds_since(start);
+  return times;
+}
+
+}  // namespace
+
+void run_model_bench_cuda(const ModelBenchArgs& a) {
+  const model::ModelConfig config = model::load_model_config(a.model);
+  const auto load_start = Clock::now();
+  model::ModelOptions options;
+  options.max_batched_tokens = std::max<int64_t>(4096, *std::max_element(a.batches.begin(), a.batches.end()) * a.prompt_tokens);
+  const auto lm = engine::load_cuda_causal_lm(a.model, options);
+  fmt::print("loaded {} ({}, {} layers) on the GPU in {:.1f} s\n", a.model.string(), config.model_type,
+             config.num_layers, seconds_since(load_start));
+
+  const Checkpoint checkpoint = Checkpoint::open(a.model);
+  double dense_bytes = 0;  // bf16 on the device, whatever the checkpoint's dtype
+  for (const std::string& name : checkpoint.names()) {
+    if (name.find(".experts.") != std::string::npos || name.find(".mlp.gate.") != std::string::npos) continue;
+    if (name == "model.embed_tokens.weight" && !config.tie_word_embeddings) continue;
+    dense_bytes += 2.0 * double(checkpoint.get(name).numel());
+  }
+  const MoeConfig& moe = config.moe;
+  const auto moe_layers = static_cast<double>(lm->info().moe_layers.size());
+  const double E = double(moe.router.n_experts), k = double(moe.router.top_k);
+  const double expert_bytes = 2.0 * 3.0 * double(moe.hidden_size * moe.expert_intermediate_size);
+  const double router_bytes = moe_layers * E * double(moe.hidden_size) * 4.0;
+  const bool mla = config.attention == model::AttentionKind::mla;
+  const double kv_floats = mla ? double(2 * config.kv_lora_rank + config.qk_rope_head_dim)
+                               : double(2 * config.num_kv_heads * config.head_dim);
+  const double mean_length = double(a.prompt_tokens) + double(a.decode_tokens) / 2;
+  const double copy_tbps = device_copy_tbps();
+  fmt::print("device copy bandwidth {:.2f} TB/s (read + write)\n", copy_tbps);
+  fmt::print("{:>6} {:>14} {:>14} {:>12} {:>16} {:>10}\n", "batch", "prefill tok/s", "decode tok/s", "ms/step",
+             "roofline tok/s", "of roofline");
+  std::mt19937 rng(1);
+  for (const int64_t B : a.batches) {
+    run_once(*lm, B, a.prompt_tokens, 2, rng);  // warm-up: cuBLASLt plans, the memory pool
+    std::vector<double> prefill, decode;
+    for (int r = 0; r < a.repeats; ++r) {
+      const RunTimes t = run_once(*lm, B, a.prompt_tokens, a.decode_tokens, rng);
+      prefill.push_back(t.prefill);
+      decode.push_back(t.decode);
+    }
+    std::sort(prefill.begin(), prefill.end());
+    std::sort(decode.begin(), decode.end());
+    const double prefill_s = prefill[prefill.size() / 2], step_s = decode[decode.size() / 2] / double(a.decode_tokens);
+    const double touched = E * (1.0 - std::pow(1.0 - k / E, double(B)));
+    const double step_bytes = dense_bytes + router_bytes + moe_layers * touched * expert_bytes +
+                              double(config.num_layers) * double(B) * mean_length * kv_floats * 4.0;
+    const double roofline = double(B) / (step_bytes / (copy_tbps * 1e12));
+    fmt::print("{:>6} {:>14.0f} {:>14.1f} {:>12.3f} {:>16.0f} {:>9.1f}%\n", B, double(B * a.prompt_tokens) / prefill_s,
+               double(B) / step_s, step_s * 1e3, roofline, 100.0 * double(B) / step_s / roofline);
+  }
+}
+
+}  // namespace moe::cli

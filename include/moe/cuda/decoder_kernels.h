@@ -1,0 +1,89 @@
+#pragma once
+// CUDA ops of the decoder around the MoE blocks, one file each under src/cuda/ with the CPU op's name
+// (embedding.cu, rms_norm.cu, rope.cu, clamp.cu, activation.cu, attention.cu, mla.cu; linear.h for the GEMMs). Launchers
+// take device pointers and a stream (last), never synchronise and never allocate. Activations are bf16, the
+// residual stream and the KV cache fp32; every reduction (norm statistics, q·k, softmax, GEMM sums) is fp32.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moe::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- embedding.cu ----------------------------------------------------------------------------------
+// out [n, hidden] fp32 = rows ids[i] of table [V, hidden] bf16 (ids checked by the caller).
+void embedding(const bf16* table, int64_t hidden, const int32_t* ids, int64_t n, float* out, cudaStream_t stream);
+
+// ---- rms_norm.cu -----------------------------------------------------------------------------------
+// residual [rows, hidden] fp32 += delta (bf16 or fp32 [rows, hidden]; both null: nothing to add), then
+// out [rows, hidden] bf16 = residual * rsqrt(mean(residual²) + eps) * weight [hidden] fp32.
+void add_rms_norm(float* residual, const bf16* delta_bf16, const float* delta_f32, const float* weight,
+                  int64_t rows, int64_t hidden, float eps, bf16* out, cudaStream_t stream);
+// In place over x [rows, row_stride] bf16: `groups` groups of `width` columns from column 0 of each row,
+// each normed by weight [width] fp32 (q/k norms per head: groups = heads; a whole row or MLA's latent
+// prefix: groups = 1).
+void rms_norm(bf16* x, int64_t rows, int64_t row_stride, int64_t groups, int64_t width, const float* weight,
+              float eps, cudaStream_t stream);
+
+// ---- rope.cu ---------------------------------------------------------------------------------------
+enum class RopePairing : uint8_t { halves, pairs, pairs_to_halves };  // as cpu::RopePairing
+struct RopeArgs {
+  bf16* x;                   // [rows, heads · head_stride], rotated in place
+  int64_t rows, heads, head_stride, offset;  // columns [offset, offset + 2 · half) of each head
+  const float* inv_freq;     // [half], half <= 256
+  int half;
+  float attention_factor;    // multiplies cos and sin
+  RopePairing pairing;
+  const int64_t* positions;  // [rows]
+};
+void rope(const RopeArgs& args, cudaStream_t stream);
+
+// ---- clamp.cu --------------------------------------------------------------------------------------
+// x [n] bf16 clamped to [-clip, clip] in place.
+void clamp(bf16* x, int64_t n, float clip, cudaStream_t stream);
+
+// ---- activation.cu ---------------------------------------------------------------------------------
+// out [n] = silu(gate) * up, all bf16 (the product in fp32).
+void silu_mul(const bf16* gate, const bf16* up, int64_t n, bf16* out, cudaStream_t stream);
+// y [rows, cols] bf16 += bias [cols] fp32 (in fp32, rounded once).
+void add_bias(bf16* y, int64_t rows, int64_t cols, const float* bias, cudaStream_t stream);
+
+// ---- attention.cu ----------------------------------------------------------------------------------
+// The paged KV cache: a layer's keys and values are pools [num_blocks · block_tokens, row] fp32; row i of
+// a batch sits at pool row slot[i] (its sequence's block for its position · block_tokens + the offset).
+// rows [n, width] bf16 (row stride row_stride) -> pool rows slot[i], columns [0, width) (pool row = width).
+void append_kv(const bf16* rows, int64_t n, int64_t width, int64_t row_stride, const int32_t* slot, float* pool,
+               cudaStream_t stream);
+
+struct PagedAttentionArgs {
+  const bf16* q;                // [rows, heads, dk]
+  const float* keys;            // the layer's key pool [num_blocks · block_tokens, kv_heads · dk]
+  const float* values;          // the layer's value pool [num_blocks · block_tokens, kv_heads · dv]
+  const int32_t* block_tables;  // the batch's sequences' block tables, one after another
+  const int32_t* row_table;     // [rows] where row i's sequence's table starts in block_tables
+  const int32_t* row_visible;   // [rows] keys row i sees: positions [0, row_visible[i]) (causal)
+  int64_t rows, heads, kv_heads, dk, dv, block_tokens;
+  float scale;                  // multiplies q·k
+  bf16* out;                    // [rows, heads, dv]
+};
+// Softmax(scale · q·k) v per (row, query head) with an fp32 online softmax; query head h reads KV head
+// h / (heads / kv_heads). Limits: dk <= 1024, dv <= 512.
+void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
+
+// ---- mla.cu ----------------------------------------------------------------------------------------
+struct MlaDims {
+  int64_t heads, nope, rope, v, rank;
+};
+// q [T, heads, nope + rope] -> out [T, heads, rank + rope]: [W_ukᵀ q_nope | q_rot], W_uk[h] the rows
+// [h (nope + v), h (nope + v) + nope) of kv_b [heads (nope + v), rank] bf16.
+void mla_absorb_queries(const bf16* q, const bf16* kv_b, const MlaDims& dims, int64_t T, bf16* out,
+                        cudaStream_t stream);
+// context [T, heads, rank] -> out [T, heads, v]: W_uv[h] · context, W_uv[h] the rows
+// [h (nope + v) + nope, (h + 1)(nope + v)) of kv_b.
+void mla_expand_context(const bf16* context, const bf16* kv_b, const MlaDims& dims, int64_t T, bf16* out,
+                        cudaStream_t stream);
+
+}  // namespace moe::cuda

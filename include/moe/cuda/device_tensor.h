@@ -1,0 +1,41 @@
+#pragma once
+// moe::Tensor on the device: new ones from the stream-ordered pool, and copies across PCIe. A device
+// tensor's owner frees its memory on `stream` when the last view of it goes (cudaFreeAsync), so that work
+// already enqueued on that stream still reads valid memory.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "moe/core/tensor.h"
+
+namespace moe::cuda {
+
+// A new contiguous device tensor (uninitialised), allocated on `stream` (cudaMallocAsync).
+Tensor device_empty(DType dtype, std::vector<int64_t> shape, cudaStream_t stream);
+// A device copy of host tensor x in `dtype` (converted on the host first, round-to-nearest-even).
+Tensor to_device(const Tensor& x, DType dtype, cudaStream_t stream);
+// A host copy of contiguous device tensor x; synchronises the stream.
+Tensor to_host(const Tensor& x, cudaStream_t stream);
+
+// Host copies into page-locked buffers, each reused once no tensor views it any more: a decode step's
+// logits come back at the link's rate, into pages already mapped (a fresh pageable tensor of a batch's
+// logits costs more in page faults than the copy itself).
+class HostStaging {
+ public:
+  // As to_host, into a page-locked buffer.
+  Tensor to_host(const Tensor& x, cudaStream_t stream);
+
+ private:
+  struct Buffer {
+    std::shared_ptr<void> data;  // cudaFreeHost when the last tensor viewing it goes
+    size_t bytes = 0;
+  };
+  static Tensor copy_into(const std::shared_ptr<void>& data, const Tensor& x, cudaStream_t stream);
+
+  std::vector<Buffer> buffers_;
+};
+
+}  // namespace moe::cuda

@@ -1,0 +1,209 @@
+// Each of the GPU's decoder ops (engine/cuda_decoder_ops.cpp over moe/cuda/decoder_kernels.h) against the
+// CPU's op on the same inputs, rounded to bf16 first so that both sides see the same values. The GPU keeps
+// activations in bf16 (one rounding of every output: a relative error of 2^-9 per element) and sums in fp32;
+// the bound is a normwise relative error of 1e-2 per tensor (observed on the H200: a few 1e-3). Skips
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "cuda_decoder_ops.h"
+#include "kv_cache.h"
+#include "rope.h"
+#include "moe/cuda/device_info.h"
+#include "moe/cuda/device_tensor.h"
+
+namespace moe::test {
+namespace {
+
+using model::BatchLayout;
+using model::DecoderOps;
+using model::ModelKvCache;
+
+constexpr double kBf16Tolerance = 1e-2;
+
+#define SKIP_WITHOUT_GPU()                                             \
+  do {                                                                 \
+    if (::moe::cuda::visible_gpus().empty()) GTEST_SKIP() << "no GPU"; \
+  } while (0)
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::visible_gpus().empty()) return;
+    gpu_ = engine::make_cuda_decoder_ops();
+    cpu_ = model::make_cpu_decoder_ops();
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+  }
+
+  // A host F32 tensor of normal values, rounded to bf16.
+  Tensor random(std::vector<int64_t> shape, float scale = 1.0f) {
+    Tensor t = Tensor::empty(DType::F32, std::move(shape));
+    std::normal_distribution<float> normal(0.0f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = normal(rng_);
+    return t.to(DType::BF16).to_f32();
+  }
+  static Tensor up(const Tensor& x) { return cuda::to_device(x, DType::BF16, nullptr); }
+  // A weight as the GPU's ops keep it (bf16; norm weights and biases fp32).
+  Tensor w16(const Tensor& w) { return gpu_->load_weight(w, false); }
+  Tensor w32(const Tensor& w) { return gpu_->load_weight(w, true); }
+  Tensor down(const Tensor& x) { return gpu_->to_host(x).to_f32(); }
+
+  // ||got - want|| / ||want|| within the bf16 bound, the seed printed on failure.
+  void expect_close(const Tensor& got_device, const Tensor& want, const char* what, double bound = kBf16Tolerance) {
+    const Tensor got = down(got_device);
+    ASSERT_EQ(got.shape(), want.shape()) << what;
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double g = got.data_as<float>()[i], w = want.data_as<float>()[i];
+      diff += (g - w) * (g - w);
+      norm += w * w;
+    }
+    const double err = std::sqrt(diff / std::max(norm, 1e-30));
+    EXPECT_LE(err, bound) << what << " (seed " << seed_ << ")";
+    std::printf("[ op %s ] normwise relative error %.2e\n", what, err);
+  }
+
+  std::unique_ptr<DecoderOps> gpu_, cpu_;
+  std::mt19937 rng_;
+  unsigned seed_ = 0;
+};
+
+TEST_F(CudaOps, EmbeddingAddRmsNormAndGroupNorms) {
+  SKIP_WITHOUT_GPU();
+  const int64_t T = 7, H = 192, V = 50;
+  const Tensor table = random({V, H}), weight = random({H}), delta = random({T, H});
+  const std::vector<int32_t> ids = {3, 0, 49, 7, 7, 12, 31};
+  Tensor h_cpu = cpu_->embedding(table, ids), h_gpu = gpu_->embedding(w16(table), ids);
+  expect_close(h_gpu, h_cpu, "embedding", 0);
+  const Tensor n_cpu = cpu_->add_rms_norm(h_cpu, delta, weight, 1e-6);
+  const Tensor n_gpu = gpu_->add_rms_norm(h_gpu, up(delta), w32(weight), 1e-6);
+  expect_close(n_gpu, n_cpu, "add_rms_norm");
+  expect_close(h_gpu, h_cpu, "add_rms_norm residual", 1e-6);
+  EXPECT_THROW(gpu_->embedding(w16(table), std::vector<int32_t>{V}), Error);
+
+  const int64_t D = 32;
+  Tensor x = random({T, 4 * D}), head_weight = random({D});
+  Tensor x_gpu = up(x);
+  cpu_->rms_norm(x, head_weight, 1e-6, D);
+  gpu_->rms_norm(x_gpu, w32(head_weight), 1e-6, D);
+  expect_close(x_gpu, x, "rms_norm per head");
+  Tensor y = random({T, 80}), prefix_weight = random({64});
+  Tensor y_gpu = up(y);
+  cpu_->rms_norm_prefix(y, prefix_weight, 1e-6, 64);
+  gpu_->rms_norm_prefix(y_gpu, w32(prefix_weight), 1e-6, 64);
+  expect_close(y_gpu, y, "rms_norm_prefix");
+  Tensor c = random({T, 40}, 3.0f);
+  Tensor c_gpu = up(c);
+  cpu_->clamp(c, 1.5f);
+  gpu_->clamp(c_gpu, 1.5f);
+  expect_close(c_gpu, c, "clamp", 0);
+}
+
+TEST_F(CudaOps, RopeDefaultAndYarnEveryPairing) {
+  SKIP_WITHOUT_GPU();
+  const int64_t T = 5, heads = 3, D = 64;
+  const std::vector<int64_t> positions = {0, 1, 17, 300, 4095};
+  for (const model::RopeLayout layout : {model::RopeLayout::halves, model::RopeLayout::pairs,
+                                         model::RopeLayout::pairs_to_halves}) {
+    for (const bool yarn : {false, true}) {
+      model::RopeConfig config;
+      config.dim = 32;
+      config.theta = 10000;
+      config.layout = layout;
+      if (yarn) {
+        config.type = model::RopeType::yarn;
+        config.factor = 40;
+        config.original_max_position_embeddings = 4096;
+        config.attention_factor = 1.37;
+      }
+      const model::Rope rope(config);
+      Tensor x = random({T, heads * D});
+      Tensor x_gpu = up(x);
+      cpu_->rope(rope, x, heads, 16, positions);
+      gpu_->rope(rope, x_gpu, heads, 16, positions);
+      expect_close(x_gpu, x, yarn ? "rope yarn" : "rope default");
+    }
+  }
+}
+
+TEST_F(CudaOps, LinearSwigluGatherAndLmHead) {
+  SKIP_WITHOUT_GPU();
+  const int64_t T = 9, H = 128, I = 96, V = 1000;
+  const Tensor x = random({T, H}), w = random({I, H}, 0.1f), bias = random({I});
+  expect_close(gpu_->linear(up(x), w16(w), w32(bias)), cpu_->linear(x, w, bias), "linear with bias");
+  expect_close(gpu_->linear(up(x), w16(w), {}), cpu_->linear(x, w, {}), "linear");
+  const SwigluWeights mlp{.gate = random({I, H}, 0.1f), .up = random({I, H}, 0.1f), .down = random({H, I}, 0.1f)};
+  const SwigluWeights mlp_gpu{.gate = w16(mlp.gate), .up = w16(mlp.up), .down = w16(mlp.down)};
+  expect_close(gpu_->swiglu_mlp(up(x), mlp_gpu), cpu_->swiglu_mlp(x, mlp), "swiglu_mlp");
+  const std::vector<int64_t> rows = {8, 0, 3};
+  expect_close(gpu_->gather_rows(up(x), rows), cpu_->gather_rows(x, rows), "gather_rows", 0);
+  const Tensor head = random({V, H}, 0.1f);
+  const Tensor logits = gpu_->lm_head(up(x), w16(head));
+  EXPECT_EQ(logits.dtype(), DType::F32);
+  expect_close(logits, cpu_->lm_head(x, head), "lm_head");
+}
+
+// A prefill of two sequences (one with blocks out of order) then a decode step of both, GQA with 4 query
+// heads per KV head, against the CPU's attention over its own cache.
+TEST_F(CudaOps, PagedAttentionPrefillThenDecode) {
+  SKIP_WITHOUT_GPU();
+  const int64_t heads = 8, kv_heads = 2, D = 64, row = kv_heads * D;
+  ModelKvCache cpu_cache(this, 1, 2, 64, row, row);
+  ModelKvCache gpu_cache(this, 1, 2, 64, row, row, [&](std::vector<int64_t> s) { return gpu_->kv_blocks(s); });
+  const model::AttentionShape shape{.heads = heads, .kv_heads = kv_heads, .dk = D, .dv = D, .scale = 0.125};
+  for (const auto& counts : {std::vector<int64_t>{37, 5}, std::vector<int64_t>{1, 1}}) {
+    BatchLayout batch;
+    // Sequence 1 takes its blocks first, so that sequence 0's are not 0, 1, 2.
+    for (ModelKvCache* c : {&cpu_cache, &gpu_cache}) {
+      c->reserve(1, counts[1]);
+      c->reserve(0, counts[0]);
+    }
+    for (int64_t s = 0; s < 2; ++s) {
+      const int64_t start = cpu_cache.length(s);
+      batch.spans.push_back({.seq = s, .row = batch.total, .count = counts[s], .start = start});
+      for (int64_t i = 0; i < counts[s]; ++i) batch.positions.push_back(start + i);
+      batch.total += counts[s];
+    }
+    const Tensor q = random({batch.total, heads * D}), k = random({batch.total, row}), v = random({batch.total, row});
+    cpu_->append_kv(cpu_cache, 0, batch, k, v);
+    gpu_->append_kv(gpu_cache, 0, batch, up(k), up(v));
+    expect_close(gpu_->attention(up(q), gpu_cache, 0, batch, shape), cpu_->attention(q, cpu_cache, 0, batch, shape),
+                 counts[0] > 1 ? "attention prefill" : "attention decode");
+    for (int64_t s = 0; s < 2; ++s) {
+      cpu_cache.commit(s, counts[s]);
+      gpu_cache.commit(s, counts[s]);
+    }
+  }
+  EXPECT_NE(gpu_cache.block_table(0).front(), 0);
+}
+
+// The host copies come through reused page-locked buffers: one the caller still holds is never written.
+TEST_F(CudaOps, HostCopiesStayValidWhileHeld) {
+  SKIP_WITHOUT_GPU();
+  const Tensor first = random({8, 1000});
+  const Tensor held = gpu_->to_host(up(first));
+  for (const int64_t rows : {2, 16, 8, 1, 32, 8}) {
+    const Tensor other = random({rows, 1000});
+    expect_close(gpu_->to_host(up(other)), other, "to_host", 0);
+  }
+  expect_close(up(held.to_f32()), first, "to_host held", 0);
+}
+
+TEST_F(CudaOps, MlaAbsorbedProducts) {
+  SKIP_WITHOUT_GPU();
+  const model::MlaShape shape{.heads = 4, .nope = 32, .rope = 16, .v = 24, .rank = 64};
+  const int64_t T = 6;
+  const Tensor kv_b = random({shape.heads * (shape.nope + shape.v), shape.rank}, 0.2f);
+  const Tensor q = random({T, shape.heads * (shape.nope + shape.rope)});
+  expect_close(gpu_->mla_absorb_queries(up(q), w16(kv_b), shape), cpu_->mla_absorb_queries(q, kv_b, shape),
+               "mla_absorb_queries");
+  const Tensor context = random({T, shape.heads * shape.rank});
+  expect_close(gpu_->mla_expand_context(up(context), w16(kv_b), shape), cpu_->mla_expand_context(context, kv_b, shape),
+               "mla_expand_context");
+}
+
+}  // namespace
+}  // namespace moe::test
