@@ -68,6 +68,12 @@ class Model final : public CausalLM {
   const ModelInfo& info() const override { return info_; }
 
   std::unique_ptr<KvCache> new_cache(int64_t num_sequences, int64_t max_length) const override {
+    return new_paged_cache(num_sequences, max_length, 0);
+  }
+
+  // num_blocks 0: room for every sequence at max_length.
+  std::unique_ptr<KvCache> new_paged_cache(int64_t num_sequences, int64_t max_length,
+                                           int64_t num_blocks) const override {
     MOE_CHECK(config_.sliding_window == 0 || max_length <= config_.sliding_window,
               "{} uses sliding-window attention (sliding_window {}), which this engine does not implement: "
               "sequences are limited to {} tokens, asked for {}",
@@ -78,7 +84,10 @@ class Model final : public CausalLM {
     const bool mla = c.attention == AttentionKind::mla;
     const int64_t key_row = mla ? c.kv_lora_rank + c.qk_rope_head_dim : c.num_kv_heads * c.head_dim;
     const int64_t value_row = mla ? c.kv_lora_rank : c.num_kv_heads * c.head_dim;
-    return std::make_unique<ModelKvCache>(this, c.num_layers, num_sequences, max_length, key_row, value_row);
+    if (num_blocks == 0)
+      return std::make_unique<ModelKvCache>(this, c.num_layers, num_sequences, max_length, key_row, value_row);
+    return std::make_unique<ModelKvCache>(this, c.num_layers, num_sequences, max_length, key_row, value_row,
+                                          num_blocks);
   }
 
   Tensor forward(std::span<const std::vector<int32_t>> new_tokens, KvCache& kv_cache, bool last_only,

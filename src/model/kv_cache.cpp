@@ -64,6 +64,25 @@ ModelKvCache::ModelKvCache(const void* owner, int64_t num_layers, int64_t num_se
   tables_.resize(num_sequences);
 }
 
+ModelKvCache::ModelKvCache(const void* owner, int64_t num_layers, int64_t num_sequences, int64_t max_length,
+                           int64_t key_row, int64_t value_row, int64_t num_blocks)
+    : owner_(owner),
+      max_length_(max_length),
+      pool_([&] {
+        MOE_CHECK(num_sequences >= 1, "a KV cache needs at least one sequence, got {}", num_sequences);
+        MOE_CHECK(max_length >= 1, "a KV cache needs max_length >= 1, got {}", max_length);
+        return KvBlockPool::Shape{.num_layers = num_layers, .num_blocks = num_blocks, .key_row = key_row,
+                                  .value_row = value_row};
+      }()) {
+  lengths_.assign(num_sequences, 0);
+  tables_.resize(num_sequences);
+}
+
+int64_t ModelKvCache::block_bytes() const {
+  const KvBlockPool::Shape& s = pool_.shape();
+  return s.num_layers * s.block_tokens * (s.key_row + s.value_row) * static_cast<int64_t>(sizeof(float));
+}
+
 int64_t ModelKvCache::length(int64_t seq) const {
   MOE_CHECK(seq >= 0 && seq < num_sequences(), "sequence {} is outside the cache's {} sequences", seq,
             num_sequences());
