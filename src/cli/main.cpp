@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       {"plan", moe::cli::add_plan_command(app)},
       {"tokenize", moe::cli::add_tokenize_command(app)},
       {"generate", moe::cli::add_generate_command(app)},
+      {"serve", moe::cli::add_serve_command(app)},
   };
   try {
     app.parse(argc, argv);
