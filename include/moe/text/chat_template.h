@@ -41,6 +41,11 @@ class ChatTemplate {
   // Thread-safe: rendering does not change the template.
   std::string render(const nlohmann::json& messages, bool add_generation_prompt,
                      const nlohmann::json& extra = nlohmann::json::object()) const;
+  // The same keeping the caller's key order, as Python dicts keep it (nlohmann::json sorts keys): what
+  // `tojson` prints of a message, a tool or a tool call's arguments matches transformers byte for byte only
+  // then, so a server that parses requests as ordered_json should call this one.
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& extra) const;
 
   // The special tokens the template sees as bos_token / eos_token.
   const std::string& bos_token() const;
