@@ -64,8 +64,16 @@ class Lexer {
   }
 
  private:
-  int line_at(size_t pos) const {
-    return 1 + static_cast<int>(std::count(src_.begin(), src_.begin() + static_cast<long>(pos), '\n'));
+  // The line of `pos`; positions are asked for in nearly increasing order, so count on from the last one.
+  int line_at(size_t pos) {
+    if (pos < line_pos_) {
+      line_pos_ = 0;
+      line_ = 1;
+    }
+    line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(line_pos_),
+                                         src_.begin() + static_cast<long>(pos), '\n'));
+    line_pos_ = pos;
+    return line_;
   }
 
   size_t find_tag_start(size_t from) const {
@@ -314,6 +322,8 @@ class Lexer {
   size_t pos_ = 0;
   bool line_starting_ = true;
   int depth_ = 0;  // open brackets in the current tag
+  size_t line_pos_ = 0;
+  int line_ = 1;
   std::vector<Token> tokens_;
 };
 

@@ -12,6 +12,10 @@
 namespace moe::chat {
 namespace {
 
+// NOTE: nesting (brackets, unary operators, blocks in blocks) is bounded so that no template can overflow
+// the stack of the parser or of the evaluator, which recurse as deep; real templates nest a few levels.
+constexpr int kMaxNesting = 100;
+
 class Parser {
  public:
   explicit Parser(const std::vector<Token>& tokens) : t_(tokens) {}
@@ -56,7 +60,20 @@ class Parser {
   }
 
   // Statements until a block tag named in `ends` (left unconsumed after its {%) or the end of the tokens.
+  // Counts one level of nesting for its lifetime.
+  struct Nest {
+    explicit Nest(Parser& p) : parser(p) {
+      MOE_CHECK(++parser.nesting_ <= kMaxNesting, "line {}: the template nests deeper than {} levels",
+                parser.at().line, kMaxNesting);
+    }
+    ~Nest() { --parser.nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+    Parser& parser;
+  };
+
   Body parse_body(std::initializer_list<const char*> ends) {
+    const Nest nest(*this);
     Body body;
     for (;;) {
       const Token& tok = at();
@@ -347,6 +364,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    const Nest nest(*this);
     if (is_name("not")) {
       const int line = next().line;
       auto node = make(Expr::Kind::logical_not, line);
@@ -430,6 +448,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Nest nest(*this);
     const int line = at().line;
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
@@ -687,6 +706,7 @@ class Parser {
   const std::vector<Token>& t_;
   size_t i_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

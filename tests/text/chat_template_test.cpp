@@ -149,6 +149,19 @@ TEST(ChatTemplateErrors, UnclosedBlocksAndTags) {
             std::string::npos);
 }
 
+TEST(ChatTemplateErrors, NestingIsBounded) {
+  const std::string deep = std::string(5000, '(') + "1" + std::string(5000, ')');
+  EXPECT_NE(error_of([&] { ChatTemplate::from_string("{{ " + deep + " }}"); }).find("nests deeper"),
+            std::string::npos);
+  std::string blocks;
+  for (int i = 0; i < 5000; ++i) blocks += "{% if true %}";
+  EXPECT_NE(error_of([&] { ChatTemplate::from_string(blocks); }).find("nests deeper"), std::string::npos);
+  EXPECT_NE(error_of([] { ChatTemplate::from_string("{{ " + std::string(5000, '-') + "1 }}"); }).find("nests deeper"),
+            std::string::npos);
+  // A few levels are fine.
+  EXPECT_EQ(ChatTemplate::from_string("{{ ((((1 + 2)))) * -(-3) }}").render(nlohmann::json::array(), true), "9");
+}
+
 TEST(ChatTemplateErrors, RaiseExceptionGivesTheTemplatesMessage) {
   const ChatTemplate chat = ChatTemplate::from_string(
       "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversation must start with a user') }}{% endif %}");

@@ -14,7 +14,10 @@
 // `if` filter, else, loop.*, break/continue), set (also block set and namespace attributes), macro/call,
 // filter blocks, raw; expressions with literals, lists, dicts, tuples, attribute and item access, slices,
 // calls, the operators of Jinja (~ ** // % in, not in, is [not], a if b else c); the filters and tests those
-// templates use. Anything else is a moe::Error naming the template and the line.
+// templates use, and the str / dict methods they call. An unknown tag, filter or test is a moe::Error naming
+// the template and the line when it loads; include / import / extends, recursive loops and loop.cycle are
+// not supported. Known differences from jinja2: a tuple prints as a list; upper / lower / title / capitalize
+// change ASCII letters only.
 
 #include <nlohmann/json.hpp>
 
