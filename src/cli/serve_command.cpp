@@ -17,6 +17,7 @@
 #include "moe/core/check.h"
 #include "moe/engine/engine.h"
 #include "moe/server/server.h"
+#include "moe/text/chat_template.h"
 
 namespace moe::cli {
 
@@ -48,6 +49,15 @@ class RoutingTrace {
   std::ofstream file_;
   std::mutex mutex_;
 };
+
+// Whether DIR has a chat template where transformers looks (a model without one is served without chat).
+bool has_chat_template(const fs::path& dir) {
+  if (fs::exists(dir / "chat_template.jinja") || fs::exists(dir / "chat_template.json")) return true;
+  std::ifstream config(dir / "tokenizer_config.json");
+  if (!config) return false;
+  const nlohmann::json j = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("chat_template");
+}
 
 void run_serve(const ServeArgs& a) {
   const fs::path dir = a.model_dir;
@@ -93,6 +103,10 @@ void run_serve(const ServeArgs& a) {
                                        .served_model_name = a.served_model_name.empty() ? a.model_dir
                                                                                         : a.served_model_name,
                                        .api_key = a.api_key};
+  if (!a.chat_template.empty())
+    server_options.chat_template = ChatTemplate::from_file(a.chat_template, dir);
+  else if (has_chat_template(dir))
+    server_options.chat_template = ChatTemplate::load(dir);
   server::Server server(*engine, server_options);
   server.bind();
   std::thread waiter([&] {

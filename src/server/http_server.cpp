@@ -49,8 +49,11 @@ struct Server::Impl {
                .tokenizer = engine.tokenizer(),
                .vocab_size = engine.info().vocab_size,
                .max_model_len = engine.max_model_len()};
-    if (this->options.render_chat)
-      context.render_chat = [render = this->options.render_chat](const json& messages) { return render(messages.dump()); };
+    if (this->options.chat_template)
+      context.render_chat = [&chat = *this->options.chat_template](const nlohmann::ordered_json& messages,
+                                                                  const nlohmann::ordered_json& kwargs) {
+        return chat.render(messages, /*add_generation_prompt=*/true, kwargs);
+      };
     scheduler = std::make_unique<Scheduler>(engine, metrics, this->options.max_waiting);
     routes();
   }

@@ -11,7 +11,8 @@ namespace moe::server {
 
 namespace {
 
-using nlohmann::json;
+// NOTE: ordered, so that the chat template's tojson prints a message's keys in the client's order.
+using json = nlohmann::ordered_json;
 
 // Fields this server does not implement: a request that sets them to anything but their neutral value is
 // refused rather than answered as if they had been honoured.
@@ -102,9 +103,11 @@ std::vector<int32_t> chat_prompt(const json& body, const RequestContext& context
   if (!context.render_chat)
     bad("messages", "the model has no chat template (tokenizer_config.json): start the server with "
         "--chat-template FILE, or use /v1/completions");
+  const json* kwargs = field(body, "chat_template_kwargs");
+  if (kwargs && !kwargs->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
   std::string text;
   try {
-    text = context.render_chat(*messages);
+    text = context.render_chat(*messages, kwargs ? *kwargs : json::object());
   } catch (const Error& e) {
     bad("messages", fmt::format("the chat template rejected the messages: {}", e.what()));
   }

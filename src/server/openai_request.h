@@ -23,9 +23,11 @@ struct RequestContext {
   const Tokenizer* tokenizer = nullptr;  // null: prompts must be token ids, no stop strings, no chat
   int64_t vocab_size = 0;
   int64_t max_model_len = 0;
-  // Renders chat messages (a JSON array) to the prompt text with the generation prompt added; empty when
-  // the model has no chat template. Throws moe::Error for messages the template rejects.
-  std::function<std::string(const nlohmann::json& messages)> render_chat{};
+  // Renders chat messages (a JSON array, the request's key order kept) with the request's
+  // chat_template_kwargs (an object) to the prompt text, the generation prompt added; empty when the model
+  // has no chat template. Throws moe::Error for messages the template rejects.
+  std::function<std::string(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& kwargs)>
+      render_chat{};
 };
 
 struct ApiRequest {

@@ -3,7 +3,8 @@
 
 Starts the server on 127.0.0.1 at a free port (--port 0; the port is read from its "serving ... on" line)
 and checks: completions and streaming (the streamed text equals the whole one), stop, max_tokens, seed
-reproducibility, logprobs, greedy text equal to `moe generate`; 32 concurrent clients each equal to the
+reproducibility, logprobs, greedy text equal to `moe generate`; chat completions rendered with the
+model's template or --chat-template equal to the completion of the text transformers renders; 32 concurrent clients each equal to the
 same request alone, with /metrics adding up; a client that disconnects mid-stream frees its KV blocks; bad
 requests, an oversized body, a slow client and a bounded flood each answered; the API key; SIGINT and
 SIGTERM stop the server cleanly. Ends with "server tests: N passed" (exit 0) or the failures (exit 1).
@@ -33,8 +34,8 @@ NAME = "fixture"
 class Server:
     """A `moe serve` process; its port read from the line it prints once it accepts requests."""
 
-    def __init__(self, *flags):
-        self.proc = subprocess.Popen([MOE, "serve", "--model", MODEL, "--port", "0", "--served-model-name", NAME,
+    def __init__(self, *flags, model=MODEL):
+        self.proc = subprocess.Popen([MOE, "serve", "--model", model, "--port", "0", "--served-model-name", NAME,
                                       *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         match = re.fullmatch(r"serving (\S+) on http://127\.0\.0\.1:(\d+)\n", line)
@@ -123,6 +124,54 @@ def test_streaming_equals_whole(s):
         assert finish == whole.choices[0].finish_reason
         assert usage.completion_tokens == whole.usage.completion_tokens
         assert usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+CHAT_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "chat_templates")
+
+
+def chat_equals_completion_of_rendered(s, family, bos=None):
+    """A chat completion equals the completion of its messages as transformers renders them with `family`'s
+    template (the chat template fixtures; `bos` the family's BOS, which the served model replaces with its
+    own: none); returns them."""
+    conversation = json.load(open(os.path.join(CHAT_TEMPLATES, "conversations.json")))[0]
+    rendered = open(os.path.join(CHAT_TEMPLATES, "expected", f"{family}.{conversation['name']}.txt")).read()
+    if bos:
+        rendered = rendered.replace(bos, "")
+    c = s.client()
+    chat = c.chat.completions.create(model=NAME, messages=conversation["messages"], max_tokens=12, temperature=0)
+    plain = completion(c, prompt=rendered, max_tokens=12, temperature=0)
+    assert chat.choices[0].message.role == "assistant"
+    assert chat.choices[0].message.content == plain.choices[0].text, (chat, plain)
+    assert chat.usage.prompt_tokens == plain.usage.prompt_tokens
+    assert chat.choices[0].finish_reason == plain.choices[0].finish_reason
+    return conversation, chat
+
+
+def test_chat(s):
+    # The model's own template (tokenizer_config.json); streamed, the same.
+    conversation, chat = chat_equals_completion_of_rendered(s, "qwen3_moe")
+    c = s.client()
+    text, finish, usage, roles = "", None, None, []
+    for chunk in c.chat.completions.create(model=NAME, messages=conversation["messages"], max_tokens=12,
+                                           temperature=0, stream=True, stream_options={"include_usage": True}):
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            roles += [choice.delta.role] if choice.delta.role else []
+            finish = choice.finish_reason or finish
+    assert (text, finish, roles) == (chat.choices[0].message.content, chat.choices[0].finish_reason, ["assistant"])
+    assert usage.completion_tokens == chat.usage.completion_tokens
+    scored = c.chat.completions.create(model=NAME, messages=conversation["messages"], max_tokens=4, temperature=0,
+                                       logprobs=True, top_logprobs=2)
+    content = scored.choices[0].logprobs.content
+    assert len(content) == scored.usage.completion_tokens and all(len(t.top_logprobs) == 2 for t in content)
+    assert content[0].top_logprobs[0].token == content[0].token
+    # chat_template_kwargs reach the template (Qwen3's enable_thinking: the empty think block).
+    no_thinking = c.chat.completions.create(model=NAME, messages=conversation["messages"], max_tokens=1,
+                                            extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert no_thinking.usage.prompt_tokens > chat.usage.prompt_tokens
+    expect_error(s, {"messages": []}, 400, "'messages' is required", path="/v1/chat/completions")
+    expect_error(s, {"messages": [{"content": "x"}]}, 400, "'role'", path="/v1/chat/completions")
 
 
 def test_stop(s):
@@ -279,8 +328,20 @@ def test_slow_client(s):
 
 
 def test_api_key():
-    s = Server("--api-key", "sesame")
+    # On a copy of the fixture without a chat template: chat is refused, naming the flag.
+    tmp = tempfile.TemporaryDirectory()
+    for name in os.listdir(MODEL):
+        if name != "tokenizer_config.json":
+            os.symlink(os.path.join(os.path.abspath(MODEL), name), os.path.join(tmp.name, name))
+    config = json.load(open(os.path.join(MODEL, "tokenizer_config.json")))
+    del config["chat_template"]
+    json.dump(config, open(os.path.join(tmp.name, "tokenizer_config.json"), "w"))
+    s = Server("--api-key", "sesame", model=tmp.name)
     try:
+        # No chat template here (the fixture has none): chat is refused, naming the flag.
+        status, text = s.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]},
+                                 {"Authorization": "Bearer sesame"})
+        assert status == 400 and "--chat-template" in text, (status, text)
         assert s.request("GET", "/health")[0] == 200
         for path in ("/v1/models", "/metrics"):
             assert s.request("GET", path)[0] == 401
@@ -295,12 +356,15 @@ def test_api_key():
         assert completion(s.client("sesame"), prompt="x", max_tokens=2).usage.completion_tokens == 2
     finally:
         s.stop()
+        tmp.cleanup()
 
 
 def test_flood_is_bounded():
-    # Two sequences and two waiting: a flood of 48 gets results or 503s, every one within the time.
-    s = Server("--max-num-seqs", "2")
+    # Two sequences and two waiting: a flood of 48 gets results or 503s, every one within the time. (Its
+    # server also takes --chat-template.)
+    s = Server("--max-num-seqs", "2", "--chat-template", os.path.join(CHAT_TEMPLATES, "mixtral.jinja"))
     try:
+        chat_equals_completion_of_rendered(s, "mixtral", bos="<s>")
         body = {"model": NAME, "prompt": "flood", "max_tokens": 24, "temperature": 0}
         start = time.time()
         with ThreadPoolExecutor(48) as pool:
@@ -314,7 +378,7 @@ def test_flood_is_bounded():
             if status == 503:
                 assert "busy" in json.loads(text)["error"]["message"]
         m = s.metrics()
-        assert m['moe:requests_total{status="200"}'] == statuses.count(200)
+        assert m['moe:requests_total{status="200"}'] == statuses.count(200) + 2  # and the chat check's
         assert m['moe:requests_total{status="503"}'] == statuses.count(503)
         assert s.request("GET", "/health")[0] == 200
     finally:
@@ -337,7 +401,7 @@ def test_sigterm_ends_streams(s):
 
 def main():
     shared = Server()
-    tests = [test_models_and_health, test_greedy_equals_moe_generate, test_streaming_equals_whole, test_stop,
+    tests = [test_models_and_health, test_greedy_equals_moe_generate, test_streaming_equals_whole, test_chat, test_stop,
              test_max_tokens, test_seed, test_logprobs, test_concurrent_clients_equal_alone,
              test_disconnect_frees_blocks, test_bad_requests, test_slow_client]
     failures = []

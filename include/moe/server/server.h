@@ -8,11 +8,12 @@
 // Requests run on a pool of HTTP threads; one scheduler thread owns the engine (scheduler.h).
 
 #include <cstdint>
-#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "moe/engine/engine.h"
+#include "moe/text/chat_template.h"
 
 namespace moe::server {
 
@@ -24,9 +25,8 @@ struct ServerOptions {
   int port = 8000;                 // 0: any free port (port() says which)
   std::string served_model_name;   // what "model" must name and /v1/models lists
   std::string api_key;             // empty: no authentication
-  // Renders chat messages (a JSON array, as text) into the prompt, generation prompt added; empty: the
-  // model has no chat template and /v1/chat/completions answers 400.
-  std::function<std::string(const std::string& messages_json)> render_chat{};
+  // The chat template of /v1/chat/completions; none: it answers 400.
+  std::optional<ChatTemplate> chat_template{};
   // The most requests waiting for a sequence before new ones are refused (503); 0: the engine's max_num_seqs.
   int64_t max_waiting = 0;
 };
