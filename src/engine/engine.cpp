@@ -364,7 +364,7 @@ void Engine::take(RequestId id, std::span<const float> logits, RequestOutput& ou
   }
   const std::vector<int32_t>& eos = model_->info().eos_token_ids;
   const std::vector<int32_t>& stop_ids = t.request.stop_token_ids;
-  if (std::find(eos.begin(), eos.end(), token) != eos.end() ||
+  if ((!t.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
       std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
     finish(id, FinishReason::stop, &out);
     return;

@@ -218,6 +218,7 @@ ApiRequest parse_request(const std::string& body_text, Endpoint endpoint, const 
     bad("", error.what());
   }
   read_stop(body, context, e);
+  e.ignore_eos = boolean(body, "ignore_eos", false);  // vLLM's extension
   e.logprobs = read_logprobs(body, endpoint);
 
   r.stream = boolean(body, "stream", false);

@@ -212,7 +212,9 @@ TEST(Engine, PreemptionRecomputesAndDropsNothing) {
       ids.push_back(engine.submit({.prompt = prompts[s], .sampling = sampling, .max_new_tokens = 14,
                                    .sample_stream = s}));
     const auto tokens = step_to_the_end(engine);
-    if (sampling.temperature == 0) EXPECT_GT(engine.stats().preemptions, 0);  // sampled, some stop early
+    if (sampling.temperature == 0) {
+      EXPECT_GT(engine.stats().preemptions, 0);  // (sampled, some stop early)
+    }
     for (size_t s = 0; s < prompts.size(); ++s) {
       ToyModel alone_model;
       Engine alone(alone_model, o);
@@ -260,7 +262,10 @@ TEST(Engine, StopIdsMaxModelLenAndLogprobs) {
   const RequestId capped = engine.submit({.prompt = {4, 4, 4}, .max_new_tokens = 10});
   const RequestId full = engine.submit({.prompt = {1, 1, 1, 1, 1}, .max_new_tokens = 10});
   const RequestId scored = engine.submit({.prompt = {1}, .max_new_tokens = 2, .logprobs = 3});
+  const RequestId past_eos = engine.submit({.prompt = {1}, .max_new_tokens = 4, .ignore_eos = true});
   step_to_the_end(engine);
+  EXPECT_EQ(engine.result(past_eos).generated, (std::vector<int32_t>{8, 5, 1, kEos}));
+  EXPECT_EQ(engine.result(past_eos).finish, FinishReason::length);
   EXPECT_EQ(engine.result(stopped).generated, (std::vector<int32_t>{8, 5}));
   EXPECT_EQ(engine.result(stopped).finish, FinishReason::stop);
   EXPECT_EQ(engine.result(capped).generated, (std::vector<int32_t>{7, 7}));  // 3 + 2 = max_model_len

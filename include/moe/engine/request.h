@@ -35,6 +35,9 @@ struct Request {
   // -1: no log-probabilities; n in [0, kMaxTopLogprobs]: each new token's log-probability under the
   // model's distribution (the logits before temperature, top-k and top-p) and the n most likely tokens'.
   int logprobs = -1;
+  // Keep generating past the model's EOS ids (to max_new_tokens; stop_token_ids still stop): what a
+  // benchmark of fixed output lengths asks for.
+  bool ignore_eos = false;
 };
 
 enum class FinishReason : uint8_t {
