@@ -12,6 +12,8 @@ packages=(
   libopenmpi-dev openmpi-bin  # expert parallelism (src/ep) and its mpirun tests
   ccache  # rebuilds of the tree, clean clones included (CMakeLists.txt uses it where installed)
   clang libclang-rt-14-dev  # the libFuzzer fuzzers (scripts/fuzz.sh; libFuzzer's runtime is only recommended by clang)
+  libcpp-httplib-dev  # moe serve's HTTP server (src/server)
+  python3-pip  # the server tests' client (below)
 )
 
 missing=()
@@ -24,4 +26,9 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The server tests (tests/server) talk to `moe serve` with the official openai client, from PyPI.
+if ! python3 -c "import openai" 2>/dev/null; then
+  echo "setup: installing the openai Python package"
+  python3 -m pip install --quiet --user --break-system-packages openai
 fi

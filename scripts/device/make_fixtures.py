@@ -31,6 +31,7 @@ from safetensors.torch import save_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKENIZERS = os.path.join(ROOT, "tests", "data", "tokenizers")
+CHAT_TEMPLATES = os.path.join(ROOT, "tests", "data", "chat_templates")
 
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -148,6 +149,9 @@ def tokenizer_files(kind, dest):
     else:
         tcfg = {"bos_token": None, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
                 "tokenizer_class": "Qwen2TokenizerFast"}
+    # The family's real chat template, so that the fixtures are instruct-style models for the server.
+    with open(os.path.join(CHAT_TEMPLATES, os.path.basename(dest) + ".jinja"), encoding="utf-8") as f:
+        tcfg["chat_template"] = f.read()
     with open(os.path.join(dest, "tokenizer.json"), "w") as f:
         json.dump(tok, f, ensure_ascii=False)
     with open(os.path.join(dest, "tokenizer_config.json"), "w") as f:

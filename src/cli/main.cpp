@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
       {"tokenize", moe::cli::add_tokenize_command(app)},
       {"generate", moe::cli::add_generate_command(app)},
       {"quantize", moe::cli::add_quantize_command(app)},
+      {"serve", moe::cli::add_serve_command(app)},
   };
   // Every option's help shows its default.
   app.option_defaults()->always_capture_default();

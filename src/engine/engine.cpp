@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <sstream>
 
 #include "load_counter.h"
 #include "moe/core/check.h"
@@ -9,6 +13,7 @@
 #if MOE_WITH_CUDA
 #include "moe/engine/cuda_model.h"
 #endif
+#include "text_stream.h"
 
 namespace moe::engine {
 
@@ -25,6 +30,12 @@ void check_options(const EngineOptions& options) {
   MOE_CHECK(options.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1, got {}",
             options.max_num_batched_tokens);
   MOE_CHECK(options.max_num_seqs >= 1, "max_num_seqs must be >= 1, got {}", options.max_num_seqs);
+  MOE_CHECK(options.max_model_len >= 0, "max_model_len must be >= 1 (or 0 for the model's), got {}",
+            options.max_model_len);
+  MOE_CHECK(options.kv_cache_blocks >= 0, "kv_cache_blocks must be >= 1 (or 0 for enough), got {}",
+            options.kv_cache_blocks);
+  MOE_CHECK(options.kv_cache_memory_fraction >= 0.0 && options.kv_cache_memory_fraction <= 1.0,
+            "kv_cache_memory_fraction must be in [0, 1], got {}", options.kv_cache_memory_fraction);
 }
 
 // Row `row` of logits [rows, vocab] F32.
@@ -46,6 +57,41 @@ std::unique_ptr<model::CausalLM> load_model(const fs::path& dir, const model::Mo
   if (options.backend == model::ModelBackend::cuda && !options.moe_block) return load_cuda_causal_lm(dir, options);
 #endif
   return model::CausalLM::load(dir, options);
+}
+
+int64_t blocks_for(int64_t tokens, int64_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
+
+// The host's MemAvailable in bytes (/proc/meminfo); 0 where it cannot be read.
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("MemAvailable:")) continue;
+    std::istringstream fields(line.substr(13));
+    int64_t kib = 0;
+    fields >> kib;
+    return kib * 1024;
+  }
+  return 0;
+}
+
+// The logits' log-softmax at the sampled token and at the n most likely tokens.
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int n) {
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+  const double log_norm = max_logit + std::log(sum);
+  const auto logprob = [&](int32_t id) { return static_cast<float>(logits[id] - log_norm); };
+  TokenLogprob out{.token = token, .logprob = logprob(token)};
+  if (n == 0) return out;
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto count = std::min<size_t>(n, ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + count, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (size_t i = 0; i < count; ++i) out.top.emplace_back(ids[i], logprob(ids[i]));
+  return out;
 }
 
 }  // namespace
@@ -76,13 +122,35 @@ Engine::Engine(std::unique_ptr<model::CausalLM> owned, model::CausalLM& model, s
                EngineOptions options)
     : owned_(std::move(owned)), model_(&model), tokenizer_(std::move(tokenizer)), options_(std::move(options)) {
   check_options(options_);
+  max_model_len_ = options_.max_model_len > 0 ? options_.max_model_len : model_->info().max_position_embeddings;
+  MOE_CHECK(max_model_len_ >= 1, "the model gives no max_position_embeddings: set max_model_len");
+
+  // The pool: a one-block cache tells the block's size (and checks max_model_len against the model).
+  const std::unique_ptr<model::KvCache> probe = model_->new_paged_cache(1, max_model_len_, 1);
+  const int64_t block_tokens = probe->block_tokens();
+  const int64_t per_sequence = blocks_for(max_model_len_, block_tokens);
+  int64_t blocks = options_.kv_cache_blocks;
+  if (blocks == 0) {
+    blocks = checked_mul(options_.max_num_seqs, per_sequence, "KV cache blocks");
+    if (options_.kv_cache_memory_fraction > 0.0)
+      blocks = std::min(blocks, static_cast<int64_t>(options_.kv_cache_memory_fraction *
+                                                     static_cast<double>(available_memory_bytes()) /
+                                                     static_cast<double>(probe->block_bytes())));
+  }
+  MOE_CHECK(blocks >= per_sequence,
+            "the KV cache has room for {} blocks of {} tokens, fewer than one sequence of max_model_len {} needs "
+            "({}): give it more blocks or memory, or lower max_model_len",
+            blocks, block_tokens, max_model_len_, per_sequence);
+  cache_ = model_->new_paged_cache(options_.max_num_seqs, max_model_len_, blocks);
+  slots_.assign(options_.max_num_seqs, -1);
+
   counter_ = std::make_unique<LoadCounter>(model_->info(), stats_.layers);
   // NOTE: the model numbers a forward's sequences by KV cache slot; callers see request ids.
   observer_ = [this](const model::RoutingEvent& event) {
     counter_->count(event);
     if (!options_.on_routing) return;
     model::RoutingEvent tagged = event;
-    tagged.seq = batch_[event.seq].id;
+    tagged.seq = slots_[event.seq];
     options_.on_routing(tagged);
   };
 }
@@ -90,138 +158,261 @@ Engine::Engine(std::unique_ptr<model::CausalLM> owned, model::CausalLM& model, s
 Engine::~Engine() = default;
 
 RequestId Engine::submit(Request request) {
-  const auto id = static_cast<RequestId>(requests_.size());
+  const RequestId id = next_id_;
   const model::ModelInfo& info = model_->info();
   MOE_CHECK(!request.prompt.empty(), "request {} has no prompt tokens: give at least one token id", id);
   for (int32_t token : request.prompt)
     MOE_CHECK(token >= 0 && token < info.vocab_size, "request {}: token id {} is outside the vocabulary [0, {})", id,
               token, info.vocab_size);
+  MOE_CHECK(static_cast<int64_t>(request.prompt.size()) <= max_model_len_,
+            "request {}: the prompt has {} tokens, more than max_model_len {}", id, request.prompt.size(),
+            max_model_len_);
   check_sampling_params(request.sampling);
   MOE_CHECK(request.max_new_tokens >= 0, "request {}: max_new_tokens must be >= 0, got {}", id,
             request.max_new_tokens);
-  requests_.push_back({.request = std::move(request)});
+  for (int32_t token : request.stop_token_ids)
+    MOE_CHECK(token >= 0 && token < info.vocab_size, "request {}: stop token id {} is outside the vocabulary [0, {})",
+              id, token, info.vocab_size);
+  MOE_CHECK(request.logprobs >= -1 && request.logprobs <= kMaxTopLogprobs,
+            "request {}: logprobs must be in [0, {}] (or -1 for none), got {}", id, kMaxTopLogprobs,
+            request.logprobs);
+  MOE_CHECK(request.stop.empty() || tokenizer_,
+            "request {}: stop strings need the model's tokenizer (tokenizer.json); give stop token ids instead", id);
+  Tracked t{.request = std::move(request)};
+  if (tokenizer_) t.text = std::make_unique<TextStream>(*tokenizer_, t.request.stop);
+  requests_.emplace(id, std::move(t));
   waiting_.push_back(id);
+  ++next_id_;
   ++unfinished_;
   return id;
 }
 
+Engine::Tracked& Engine::tracked(RequestId id) {
+  const auto it = requests_.find(id);
+  MOE_CHECK(it != requests_.end(), "request {} is not known (submit returned ids 0 to {}; finished ones may be "
+            "forgotten)", id, next_id_ - 1);
+  return it->second;
+}
+
+void Engine::cancel(RequestId id) {
+  Tracked& t = tracked(id);
+  if (t.result.finish != FinishReason::none) return;
+  const auto waiting = std::find(waiting_.begin(), waiting_.end(), id);
+  if (waiting != waiting_.end()) waiting_.erase(waiting);
+  finish(id, FinishReason::cancelled, nullptr);
+}
+
 bool Engine::has_unfinished() const { return unfinished_ > 0; }
 
+KvUsage Engine::kv_usage() const {
+  return {.block_tokens = cache_->block_tokens(), .total_blocks = cache_->total_blocks(),
+          .free_blocks = cache_->free_blocks()};
+}
+
 const RequestResult& Engine::result(RequestId id) const {
-  MOE_CHECK(id >= 0 && id < static_cast<RequestId>(requests_.size()), "request {} was never submitted ({} were)", id,
-            requests_.size());
-  return requests_[id].result;
+  return const_cast<Engine*>(this)->tracked(id).result;
 }
 
-bool Engine::running(size_t slot) const { return requests_[batch_[slot].id].result.finish == FinishReason::none; }
-
-bool Engine::batch_done() const {
-  if (prefill_slot_ < batch_.size()) return false;
-  for (size_t slot = 0; slot < batch_.size(); ++slot)
-    if (running(slot)) return false;
-  return true;
+void Engine::forget(RequestId id) {
+  MOE_CHECK(tracked(id).result.finish != FinishReason::none, "request {} is not finished: cancel it first", id);
+  requests_.erase(id);
 }
 
-void Engine::start_batch() {
-  batch_.clear();
-  std::vector<int64_t> prompt_lengths;
-  int64_t max_length = 0;
-  while (!waiting_.empty() && static_cast<int64_t>(batch_.size()) < options_.max_num_seqs) {
-    const RequestId id = waiting_.front();
-    waiting_.pop_front();
-    const Request& request = requests_[id].request;
-    batch_.push_back({.id = id, .sampler = SequenceSampler(request.sampling, request.sample_stream)});
-    prompt_lengths.push_back(static_cast<int64_t>(request.prompt.size()));
-    max_length = std::max(max_length, prompt_lengths.back() + request.max_new_tokens);
-  }
-  cache_ = model_->new_cache(static_cast<int64_t>(batch_.size()), max_length);
-  counter_->start_batch(std::move(prompt_lengths));
-  prefill_slot_ = 0;
-  prefill_offset_ = 0;
+int64_t Engine::sequence_length(const Tracked& t) const {
+  return static_cast<int64_t>(t.request.prompt.size() + t.result.generated.size());
+}
+
+int32_t Engine::sequence_token(const Tracked& t, int64_t pos) const {
+  const auto prompt = static_cast<int64_t>(t.request.prompt.size());
+  return pos < prompt ? t.request.prompt[pos] : t.result.generated[pos - prompt];
+}
+
+int64_t Engine::blocks_needed(const Tracked& t, int64_t count) const {
+  const int64_t block_tokens = cache_->block_tokens();
+  return blocks_for(t.cached + count, block_tokens) - blocks_for(t.cached, block_tokens);
+}
+
+void Engine::preempt(RequestId id) {
+  Tracked& t = tracked(id);
+  cache_->release(t.slot);
+  slots_[t.slot] = -1;
+  t.slot = -1;
+  t.cached = 0;
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  waiting_.push_front(id);
+  ++t.result.preemptions;
+  ++stats_.preemptions;
 }
 
 StepResult Engine::step() {
-  if (batch_done()) {
-    if (waiting_.empty()) return {};
-    start_batch();
-  }
-  return prefill_slot_ < batch_.size() ? prefill_step() : decode_step();
-}
-
-StepResult Engine::prefill_step() {
-  // Fill the forward with up to max_num_batched_tokens prompt tokens, sequence after sequence.
+  if (running_.empty() && waiting_.empty()) return {};
   const auto start = Clock::now();
-  StepResult step{.kind = StepResult::Kind::prefill};
-  std::vector<std::vector<int32_t>> tokens(batch_.size());  // [slots][new tokens]
-  std::vector<std::pair<size_t, bool>> rows;                // (slot, its prompt ends here), in slot order
-  int64_t room = options_.max_num_batched_tokens;
-  while (room > 0 && prefill_slot_ < batch_.size()) {
-    const std::vector<int32_t>& prompt = requests_[batch_[prefill_slot_].id].request.prompt;
-    const auto length = static_cast<int64_t>(prompt.size());
-    const int64_t count = std::min(room, length - prefill_offset_);
-    tokens[prefill_slot_].assign(prompt.begin() + prefill_offset_, prompt.begin() + prefill_offset_ + count);
-    prefill_offset_ += count;
-    room -= count;
-    step.tokens += count;
-    rows.emplace_back(prefill_slot_, prefill_offset_ == length);
-    if (prefill_offset_ == length) {
-      ++prefill_slot_;
-      prefill_offset_ = 0;
+  struct Chunk {
+    RequestId id;
+    int64_t count;     // tokens of the request run in this step
+    int64_t prefill;   // of which before the request's prefill end
+  };
+  std::vector<Chunk> chunks;
+  int64_t budget = options_.max_num_batched_tokens;
+  int64_t claimed = 0;  // blocks the chunks so far will take
+  bool preempted = false;
+  // Makes room for `need` more blocks by preempting the newest running requests (dropping a chunk one of
+  // them already had in this step); false when the request `id` itself had to go.
+  const auto make_room = [&](RequestId id, int64_t need) {
+    while (need > cache_->free_blocks() - claimed) {
+      const RequestId victim = running_.back();
+      const auto chunk = std::find_if(chunks.begin(), chunks.end(), [&](const Chunk& c) { return c.id == victim; });
+      if (chunk != chunks.end()) {
+        const Tracked& v = tracked(victim);
+        claimed -= blocks_needed(v, chunk->count);
+        budget += chunk->count;
+        chunks.erase(chunk);
+      }
+      preempt(victim);
+      preempted = true;
+      if (victim == id) return false;
     }
+    return true;
+  };
+  const auto schedule = [&](RequestId id, int64_t count) {
+    const Tracked& t = tracked(id);
+    chunks.push_back({.id = id, .count = count,
+                      .prefill = std::clamp<int64_t>(t.prefill_end - t.cached, 0, count)});
+    claimed += blocks_needed(t, count);
+    budget -= count;
+  };
+
+  // The running requests' last tokens first (every one, whatever the budget), then the chunks of those
+  // still prefilling, oldest first; out of blocks, the newest running request gives its blocks back.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const RequestId id = running_[i];
+    if (sequence_length(tracked(id)) - tracked(id).cached != 1) continue;
+    if (!make_room(id, blocks_needed(tracked(id), 1))) break;
+    schedule(id, 1);
   }
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    const RequestId id = running_[i];
+    const Tracked& t = tracked(id);
+    const int64_t remaining = sequence_length(t) - t.cached;
+    if (remaining == 1) continue;
+    const int64_t count = std::min(remaining, budget);
+    if (!make_room(id, blocks_needed(t, count))) break;
+    schedule(id, count);
+  }
+  // Then waiting requests join, in order, while there is room (not in a step that preempted: the blocks
+  // just freed are the preempted request's to take back first).
+  while (!preempted && !waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
+    const RequestId id = waiting_.front();
+    Tracked& t = tracked(id);
+    const int64_t length = sequence_length(t);
+    const int64_t count = std::min(length, budget);
+    const int64_t need = blocks_needed(t, count);
+    if (need > cache_->free_blocks() - claimed) break;
+    waiting_.pop_front();
+    t.slot = std::find(slots_.begin(), slots_.end(), -1) - slots_.begin();
+    slots_[t.slot] = id;
+    t.prefill_end = length;
+    if (!t.sampler) t.sampler.emplace(t.request.sampling, t.request.sample_stream);
+    running_.push_back(id);
+    schedule(id, count);
+  }
+  MOE_CHECK(!chunks.empty(), "the scheduler found no work for {} running and {} waiting requests", running_.size(),
+            waiting_.size());
+
+  // One forward: each chunk's tokens in its request's KV cache sequence.
+  std::vector<std::vector<int32_t>> tokens(slots_.size());  // [slots][new tokens]
+  std::vector<int64_t> prompt_lengths(slots_.size(), 0);    // [slots]
+  StepResult step;
+  for (const Chunk& c : chunks) {
+    const Tracked& t = tracked(c.id);
+    for (int64_t p = t.cached; p < t.cached + c.count; ++p) tokens[t.slot].push_back(sequence_token(t, p));
+    prompt_lengths[t.slot] = static_cast<int64_t>(t.request.prompt.size());
+    step.tokens += c.count;
+    step.prefill_tokens += c.prefill;
+  }
+  step.kind = step.prefill_tokens > 0 ? StepResult::Kind::prefill : StepResult::Kind::decode;
+  counter_->start_batch(std::move(prompt_lengths));
   const Tensor logits = model_->forward(tokens, *cache_, /*last_only=*/true, observer_);
-  check_logits(logits, static_cast<int64_t>(rows.size()));
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const auto [slot, prompt_done] = rows[r];
-    if (!prompt_done) continue;
-    if (requests_[batch_[slot].id].request.max_new_tokens > 0) {
-      take(slot, logits_row(logits, static_cast<int64_t>(r)), step);
-    } else {
-      finish(slot, FinishReason::length);
-      step.outputs.push_back({.id = batch_[slot].id, .finish = FinishReason::length});
-    }
+  std::vector<int64_t> rows(slots_.size(), -1);  // [slots] the slot's logits row
+  int64_t row_count = 0;
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (!tokens[s].empty()) rows[s] = row_count++;
+  check_logits(logits, row_count);
+
+  // Every chunk that completed its sequence gives the request its next token, in request order.
+  std::sort(chunks.begin(), chunks.end(), [](const Chunk& a, const Chunk& b) { return a.id < b.id; });
+  for (const Chunk& c : chunks) {
+    Tracked& t = tracked(c.id);
+    t.cached += c.count;
+    if (t.cached < sequence_length(t)) continue;
+    RequestOutput out{.id = c.id};
+    const int64_t limit = std::min(t.request.max_new_tokens,
+                                   max_model_len_ - static_cast<int64_t>(t.request.prompt.size()));
+    if (static_cast<int64_t>(t.result.generated.size()) >= limit)
+      finish(c.id, FinishReason::length, &out);
+    else
+      take(c.id, logits_row(logits, rows[t.slot]), out);
+    step.outputs.push_back(std::move(out));
   }
-  stats_.prefill_tokens += step.tokens;
-  stats_.prefill_seconds += seconds_since(start);
+
+  const double seconds = seconds_since(start);
+  const double prefill_share = static_cast<double>(step.prefill_tokens) / static_cast<double>(step.tokens);
+  stats_.prefill_tokens += step.prefill_tokens;
+  stats_.prefill_seconds += seconds * prefill_share;
+  stats_.decode_tokens += step.tokens - step.prefill_tokens;
+  stats_.decode_seconds += seconds * (1.0 - prefill_share);
   return step;
 }
 
-StepResult Engine::decode_step() {
-  // The last token of every running request, in one forward.
-  const auto start = Clock::now();
-  StepResult step{.kind = StepResult::Kind::decode};
-  std::vector<std::vector<int32_t>> tokens(batch_.size());  // [slots][0 or 1 token]
-  std::vector<size_t> rows;                                 // running slots, in slot order
-  for (size_t slot = 0; slot < batch_.size(); ++slot) {
-    if (!running(slot)) continue;
-    tokens[slot].push_back(requests_[batch_[slot].id].result.generated.back());
-    rows.push_back(slot);
+void Engine::take(RequestId id, std::span<const float> logits, RequestOutput& out) {
+  Tracked& t = tracked(id);
+  const int32_t token = t.sampler->next(logits);
+  t.result.generated.push_back(token);
+  out.new_tokens.push_back(token);
+  if (t.request.logprobs >= 0) {
+    t.result.logprobs.push_back(token_logprob(logits, token, t.request.logprobs));
+    out.logprobs.push_back(t.result.logprobs.back());
   }
-  const Tensor logits = model_->forward(tokens, *cache_, /*last_only=*/true, observer_);
-  check_logits(logits, static_cast<int64_t>(rows.size()));
-  for (size_t r = 0; r < rows.size(); ++r) take(rows[r], logits_row(logits, static_cast<int64_t>(r)), step);
-  step.tokens = static_cast<int64_t>(rows.size());
-  stats_.decode_tokens += step.tokens;
-  stats_.decode_seconds += seconds_since(start);
-  return step;
-}
-
-void Engine::take(size_t slot, std::span<const float> logits, StepResult& step) {
-  Tracked& tracked = requests_[batch_[slot].id];
-  const int32_t token = batch_[slot].sampler.next(logits);
-  tracked.result.generated.push_back(token);
   const std::vector<int32_t>& eos = model_->info().eos_token_ids;
-  if (std::find(eos.begin(), eos.end(), token) != eos.end()) {
-    finish(slot, FinishReason::stop);
-  } else if (static_cast<int64_t>(tracked.result.generated.size()) >= tracked.request.max_new_tokens) {
-    finish(slot, FinishReason::length);
+  const std::vector<int32_t>& stop_ids = t.request.stop_token_ids;
+  if ((!t.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
+      std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+    finish(id, FinishReason::stop, &out);
+    return;
   }
-  step.outputs.push_back({.id = batch_[slot].id, .new_tokens = {token}, .finish = tracked.result.finish});
+  if (t.text && t.text->append(token)) {
+    finish(id, FinishReason::stop, &out);
+    return;
+  }
+  const int64_t generated = static_cast<int64_t>(t.result.generated.size());
+  if (generated >= t.request.max_new_tokens ||
+      static_cast<int64_t>(t.request.prompt.size()) + generated >= max_model_len_) {
+    finish(id, FinishReason::length, &out);
+    return;
+  }
+  if (t.text) {
+    out.new_text += t.text->take(/*finished=*/false);
+    t.result.text = t.text->text();
+  }
 }
 
-void Engine::finish(size_t slot, FinishReason reason) {
-  requests_[batch_[slot].id].result.finish = reason;
+void Engine::finish(RequestId id, FinishReason reason, RequestOutput* out) {
+  Tracked& t = tracked(id);
+  t.result.finish = reason;
   --unfinished_;
+  if (t.text) {
+    const std::string rest = t.text->take(/*finished=*/true);
+    if (out) out->new_text += rest;
+    t.result.text = t.text->text();
+  }
+  if (out) out->finish = reason;
+  if (t.slot >= 0) {
+    cache_->release(t.slot);
+    slots_[t.slot] = -1;
+    t.slot = -1;
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+  }
 }
 
 }  // namespace moe::engine

@@ -63,7 +63,7 @@ GenerationResult generate(Engine& engine, std::span<const std::vector<int32_t>> 
   while (engine.has_unfinished()) {
     const StepResult step = engine.step();
     if (step.kind != StepResult::Kind::prefill) continue;
-    prefilled += step.tokens;
+    prefilled += step.prefill_tokens;
     if (options.progress && total_prompt > engine.options().max_num_batched_tokens)
       options.progress(fmt::format("prefill {}/{} tokens", prefilled, total_prompt));
   }

@@ -17,8 +17,8 @@ class LoadCounter {
   // Appends one LayerLoad per MoE layer of `info` to `layers`, which must outlive the counter.
   LoadCounter(const model::ModelInfo& info, std::vector<LayerLoad>& layers);
 
-  // The batch whose events follow: the prompt length of each of its sequences (an event's position below
-  // it is a prompt token).
+  // The forward whose events follow: the prompt length of the request in each KV cache sequence (an
+  // event's position below it is a prompt token).
   void start_batch(std::vector<int64_t> prompt_lengths);
 
   // Counts one event. Thread-safe. Throws moe::Error for a layer, sequence or expert the model does not have.

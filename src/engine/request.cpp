@@ -7,6 +7,7 @@ const char* finish_reason_name(FinishReason reason) {
     case FinishReason::none: return "none";
     case FinishReason::stop: return "stop";
     case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "abort";
   }
   return "unknown";
 }

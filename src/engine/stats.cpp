@@ -11,7 +11,8 @@ EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
                 .prefill_seconds = now.prefill_seconds - before.prefill_seconds,
                 .decode_tokens = now.decode_tokens - before.decode_tokens,
                 .decode_seconds = now.decode_seconds - before.decode_seconds,
-                .layers = now.layers};
+                .layers = now.layers,
+                .preemptions = now.preemptions - before.preemptions};
   for (size_t l = 0; l < d.layers.size(); ++l) {
     LayerLoad& load = d.layers[l];
     const LayerLoad& old = before.layers[l];

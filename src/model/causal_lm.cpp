@@ -71,6 +71,12 @@ class Model final : public CausalLM {
   const ModelInfo& info() const override { return info_; }
 
   std::unique_ptr<KvCache> new_cache(int64_t num_sequences, int64_t max_length) const override {
+    return new_paged_cache(num_sequences, max_length, 0);
+  }
+
+  // num_blocks 0: room for every sequence at max_length.
+  std::unique_ptr<KvCache> new_paged_cache(int64_t num_sequences, int64_t max_length,
+                                           int64_t num_blocks) const override {
     MOE_CHECK(config_.sliding_window == 0 || max_length <= config_.sliding_window,
               "{} uses sliding-window attention (sliding_window {}), which this engine does not implement: "
               "sequences are limited to {} tokens, asked for {}",
@@ -82,6 +88,7 @@ class Model final : public CausalLM {
     const int64_t key_row = mla ? c.kv_lora_rank + c.qk_rope_head_dim : c.num_kv_heads * c.head_dim;
     const int64_t value_row = mla ? c.kv_lora_rank : c.num_kv_heads * c.head_dim;
     return std::make_unique<ModelKvCache>(this, c.num_layers, num_sequences, max_length, key_row, value_row,
+                                          num_blocks,
                                           [this](std::vector<int64_t> shape) { return ops_->kv_blocks(std::move(shape)); });
   }
 

@@ -50,19 +50,27 @@ int64_t blocks_for(int64_t tokens, int64_t block_tokens) { return (tokens + bloc
 }  // namespace
 
 ModelKvCache::ModelKvCache(const void* owner, int64_t num_layers, int64_t num_sequences, int64_t max_length,
-                           int64_t key_row, int64_t value_row, const KvBlockPool::Storage& storage)
+                           int64_t key_row, int64_t value_row, int64_t num_blocks,
+                           const KvBlockPool::Storage& storage)
     : owner_(owner),
       max_length_(max_length),
       pool_([&] {
         MOE_CHECK(num_sequences >= 1, "a KV cache needs at least one sequence, got {}", num_sequences);
         MOE_CHECK(max_length >= 1, "a KV cache needs max_length >= 1, got {}", max_length);
-        return KvBlockPool::Shape{.num_layers = num_layers,
-                                  .num_blocks = checked_mul(num_sequences, blocks_for(max_length, kKvBlockTokens), "KV cache blocks"),
-                                  .key_row = key_row,
+        MOE_CHECK(num_blocks >= 0, "a KV cache needs num_blocks >= 0 (0: room for every sequence), got {}",
+                  num_blocks);
+        if (num_blocks == 0)
+          num_blocks = checked_mul(num_sequences, blocks_for(max_length, kKvBlockTokens), "KV cache blocks");
+        return KvBlockPool::Shape{.num_layers = num_layers, .num_blocks = num_blocks, .key_row = key_row,
                                   .value_row = value_row};
       }(), storage) {
   lengths_.assign(num_sequences, 0);
   tables_.resize(num_sequences);
+}
+
+int64_t ModelKvCache::block_bytes() const {
+  const KvBlockPool::Shape& s = pool_.shape();
+  return s.num_layers * s.block_tokens * (s.key_row + s.value_row) * static_cast<int64_t>(sizeof(float));
 }
 
 int64_t ModelKvCache::length(int64_t seq) const {

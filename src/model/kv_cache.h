@@ -57,15 +57,19 @@ class KvBlockPool {
 
 class ModelKvCache final : public KvCache {
  public:
-  // A pool with room for every sequence at max_length (blocks are taken as sequences grow), in `storage`.
+  // A pool of `num_blocks` blocks (0: room for every sequence at max_length) shared by the sequences, which
+  // take blocks as they grow, in `storage` (empty: host memory).
   ModelKvCache(const void* owner, int64_t num_layers, int64_t num_sequences, int64_t max_length, int64_t key_row,
-               int64_t value_row, const KvBlockPool::Storage& storage = {});
+               int64_t value_row, int64_t num_blocks = 0, const KvBlockPool::Storage& storage = {});
 
   int64_t num_sequences() const override { return static_cast<int64_t>(lengths_.size()); }
   int64_t length(int64_t seq) const override;
   int64_t max_length() const { return max_length_; }
   const void* owner() const { return owner_; }
-  int64_t block_tokens() const { return pool_.shape().block_tokens; }
+  int64_t block_tokens() const override { return pool_.shape().block_tokens; }
+  int64_t total_blocks() const override { return pool_.shape().num_blocks; }
+  int64_t free_blocks() const override { return pool_.free_blocks(); }
+  int64_t block_bytes() const override;
   const KvBlockPool& pool() const { return pool_; }
   // Sequence `seq`'s blocks, in position order.
   const std::vector<int32_t>& block_table(int64_t seq) const { return tables_.at(seq); }
@@ -75,7 +79,7 @@ class ModelKvCache final : public KvCache {
   // After every layer has written its rows: the sequence now holds `count` more tokens.
   void commit(int64_t seq, int64_t count) { lengths_.at(seq) += count; }
   // Empties sequence `seq` and gives its blocks back to the pool.
-  void release(int64_t seq);
+  void release(int64_t seq) override;
 
   // The block pointers of sequence `seq` in `layer`, in position order (for the attention op).
   std::vector<float*> key_blocks(int64_t layer, int64_t seq) const;

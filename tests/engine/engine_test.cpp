@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -43,13 +44,9 @@ std::map<RequestId, std::vector<int32_t>> step_to_the_end(Engine& engine) {
     const StepResult step = engine.step();
     EXPECT_NE(step.kind, StepResult::Kind::idle) << "an engine with unfinished requests idled";
     const EngineStats& after = engine.stats();
-    if (step.kind == StepResult::Kind::prefill) {
-      EXPECT_EQ(after.prefill_tokens - before.prefill_tokens, step.tokens);
-      EXPECT_EQ(after.decode_tokens, before.decode_tokens);
-    } else {
-      EXPECT_EQ(after.decode_tokens - before.decode_tokens, step.tokens);
-      EXPECT_EQ(after.prefill_tokens, before.prefill_tokens);
-    }
+    EXPECT_EQ(after.prefill_tokens - before.prefill_tokens, step.prefill_tokens);
+    EXPECT_EQ(after.decode_tokens - before.decode_tokens, step.tokens - step.prefill_tokens);
+    EXPECT_EQ(step.kind == StepResult::Kind::prefill, step.prefill_tokens > 0);
     RequestId last = -1;
     for (const RequestOutput& out : step.outputs) {
       EXPECT_GT(out.id, last) << "outputs out of request order";
@@ -168,20 +165,25 @@ TEST(Engine, MaxNumSeqsBoundsTheBatchAndEventsNameRequestIds) {
   EXPECT_EQ(seen.size(), 5u + 2u + 9u + 2u);
 }
 
-TEST(Engine, RequestsSubmittedWhileABatchRunsStartAfterIt) {
+TEST(Engine, RequestsSubmittedWhileOthersRunJoinAtTheNextStep) {
   ToyModel model;
   Engine engine(model, engine_options(4096));
   EXPECT_EQ(engine.step().kind, StepResult::Kind::idle);
   const RequestId first = engine.submit({.prompt = {1}, .max_new_tokens = 3});
   EXPECT_EQ(engine.step().kind, StepResult::Kind::prefill);
-  const RequestId second = engine.submit({.prompt = {7}, .max_new_tokens = 3});
-  const StepResult decode = engine.step();
-  EXPECT_EQ(decode.kind, StepResult::Kind::decode);
-  ASSERT_EQ(decode.outputs.size(), 1u);
-  EXPECT_EQ(decode.outputs[0].id, first);
+  const RequestId second = engine.submit({.prompt = {7, 7}, .max_new_tokens = 3});
+  // The first request's decode token and the second's prompt in one forward.
+  const StepResult mixed = engine.step();
+  EXPECT_EQ(mixed.kind, StepResult::Kind::prefill);
+  EXPECT_EQ(mixed.tokens, 3);
+  EXPECT_EQ(mixed.prefill_tokens, 2);
+  ASSERT_EQ(mixed.outputs.size(), 2u);
+  EXPECT_EQ(mixed.outputs[0].id, first);
+  EXPECT_EQ(mixed.outputs[1].id, second);
+  EXPECT_EQ(engine.num_running(), 2);
   step_to_the_end(engine);
   EXPECT_EQ(engine.result(first).generated, expected_continuation({1}, 3));
-  EXPECT_EQ(engine.result(second).generated, expected_continuation({7}, 3));
+  EXPECT_EQ(engine.result(second).generated, expected_continuation({7, 7}, 3));
   // generate() after them reports its own run only.
   GenerationOptions g;
   g.max_new_tokens = 3;
@@ -191,7 +193,109 @@ TEST(Engine, RequestsSubmittedWhileABatchRunsStartAfterIt) {
   EXPECT_EQ(r.prefill_tokens, 1);
   EXPECT_EQ(r.decode_tokens, 2);
   EXPECT_EQ(r.layers[0].prompt_tokens, 1);
-  EXPECT_EQ(engine.stats().prefill_tokens, 3);
+  EXPECT_EQ(engine.stats().prefill_tokens, 4);
+}
+
+// Out of KV blocks, the newest running request is preempted and recomputed later: every request still
+// gets the tokens it gets alone, and the pool is whole again at the end.
+TEST(Engine, PreemptionRecomputesAndDropsNothing) {
+  for (const SamplingParams sampling : {SamplingParams{}, SamplingParams{.temperature = 1.5, .seed = 5}}) {
+    ToyModel model;
+    EngineOptions o = engine_options(6);
+    o.max_model_len = 24;
+    o.kv_cache_blocks = 8;  // 32 tokens for requests of 15 to 23
+    Engine engine(model, o);
+    std::vector<RequestId> ids;
+    // Greedy, each continues with 7s to max_new_tokens (toy_model.cpp: 7 * sum + length = 7 mod 10).
+    const std::vector<std::vector<int32_t>> prompts = {{8}, {1, 1, 1, 1, 0, 0, 0, 0, 0}, {2, 3}, {4, 4, 4}};
+    for (size_t s = 0; s < prompts.size(); ++s)
+      ids.push_back(engine.submit({.prompt = prompts[s], .sampling = sampling, .max_new_tokens = 14,
+                                   .sample_stream = s}));
+    const auto tokens = step_to_the_end(engine);
+    if (sampling.temperature == 0) {
+      EXPECT_GT(engine.stats().preemptions, 0);  // (sampled, some stop early)
+    }
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      ToyModel alone_model;
+      Engine alone(alone_model, o);
+      const RequestId id = alone.submit({.prompt = prompts[s], .sampling = sampling, .max_new_tokens = 14,
+                                         .sample_stream = s});
+      step_to_the_end(alone);
+      EXPECT_EQ(engine.result(ids[s]).generated, alone.result(id).generated) << "request " << s;
+      EXPECT_EQ(tokens.at(ids[s]), alone.result(id).generated) << "request " << s;
+    }
+    EXPECT_EQ(engine.kv_usage().free_blocks, 8);
+  }
+}
+
+TEST(Engine, CancelFreesTheRequestsBlocks) {
+  ToyModel model;
+  Engine engine(model, engine_options(4096, 2));
+  const RequestId running = engine.submit({.prompt = {1, 2, 3, 4, 5, 6}, .max_new_tokens = 30});
+  const RequestId other = engine.submit({.prompt = {2}, .max_new_tokens = 5});
+  const RequestId waiting = engine.submit({.prompt = {3}, .max_new_tokens = 5});
+  engine.step();
+  const int64_t total = engine.kv_usage().total_blocks;
+  EXPECT_EQ(engine.kv_usage().free_blocks, total - 2 - 1);  // 6 tokens in 2 blocks of 4, 1 token in 1
+  engine.cancel(running);
+  engine.cancel(waiting);
+  EXPECT_EQ(engine.kv_usage().free_blocks, total - 1);
+  EXPECT_EQ(engine.result(running).finish, FinishReason::cancelled);
+  EXPECT_STREQ(finish_reason_name(FinishReason::cancelled), "abort");
+  EXPECT_EQ(engine.num_waiting(), 0);
+  engine.cancel(running);  // finished: nothing
+  step_to_the_end(engine);
+  EXPECT_EQ(engine.result(other).generated, expected_continuation({2}, 5));
+  EXPECT_EQ(engine.kv_usage().free_blocks, total);
+  engine.forget(running);
+  EXPECT_THROW(engine.result(running), Error);
+  EXPECT_THROW(engine.cancel(running), Error);
+}
+
+TEST(Engine, StopIdsMaxModelLenAndLogprobs) {
+  ToyModel model;
+  EngineOptions o = engine_options(4096);
+  o.max_model_len = 5;
+  Engine engine(model, o);
+  // {1} continues with 8, 5, 1, EOS; {4, 4, 4} with 7s.
+  const RequestId stopped = engine.submit({.prompt = {1}, .max_new_tokens = 5, .stop_token_ids = {5}});
+  const RequestId capped = engine.submit({.prompt = {4, 4, 4}, .max_new_tokens = 10});
+  const RequestId full = engine.submit({.prompt = {1, 1, 1, 1, 1}, .max_new_tokens = 10});
+  const RequestId scored = engine.submit({.prompt = {1}, .max_new_tokens = 2, .logprobs = 3});
+  const RequestId past_eos = engine.submit({.prompt = {1}, .max_new_tokens = 4, .ignore_eos = true});
+  step_to_the_end(engine);
+  EXPECT_EQ(engine.result(past_eos).generated, (std::vector<int32_t>{8, 5, 1, kEos}));
+  EXPECT_EQ(engine.result(past_eos).finish, FinishReason::length);
+  EXPECT_EQ(engine.result(stopped).generated, (std::vector<int32_t>{8, 5}));
+  EXPECT_EQ(engine.result(stopped).finish, FinishReason::stop);
+  EXPECT_EQ(engine.result(capped).generated, (std::vector<int32_t>{7, 7}));  // 3 + 2 = max_model_len
+  EXPECT_EQ(engine.result(capped).finish, FinishReason::length);
+  EXPECT_TRUE(engine.result(full).generated.empty());
+  EXPECT_EQ(engine.result(full).finish, FinishReason::length);
+  const RequestResult& r = engine.result(scored);
+  ASSERT_EQ(r.logprobs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const TokenLogprob& lp = r.logprobs[i];
+    EXPECT_EQ(lp.token, r.generated[i]);
+    ASSERT_EQ(lp.top.size(), 3u);
+    EXPECT_EQ(lp.top[0].first, lp.token);  // greedy: the most likely
+    EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);
+    EXPECT_GE(lp.top[0].second, lp.top[1].second);
+    EXPECT_GE(lp.top[1].second, lp.top[2].second);
+    // The toy's logits: 2 at the target, -0.25 * (v % 3) elsewhere.
+    double mass = 0;
+    for (int v = 0; v < test::kVocab; ++v) mass += std::exp(v == lp.token ? 2.0 : -0.25 * (v % 3));
+    EXPECT_NEAR(lp.logprob, 2.0 - std::log(mass), 1e-5);
+  }
+  EXPECT_THROW(engine.submit({.prompt = {1, 1, 1, 1, 1, 1}}), Error);               // longer than max_model_len
+  EXPECT_THROW(engine.submit({.prompt = {1}, .logprobs = 21}), Error);
+  EXPECT_THROW(engine.submit({.prompt = {1}, .stop = {"x"}}), Error);                // no tokenizer
+  EXPECT_THROW(engine.submit({.prompt = {1}, .stop_token_ids = {11}}), Error);
+  o.kv_cache_blocks = 0;
+  o.max_model_len = 0;
+  EXPECT_EQ(Engine(model, o).max_model_len(), 64);  // the toy's max_position_embeddings
+  o.kv_cache_blocks = 15;                            // 64 tokens need 16 blocks of 4
+  EXPECT_THROW(Engine(model, o), Error);
 }
 
 TEST(Engine, BadRequestsAndOptionsAreErrors) {
@@ -246,6 +350,60 @@ TEST(Engine, LoadsAModelDirectory) {
   for (const char* file : {"config.json", "generation_config.json", "model.safetensors"})
     fs::copy_file(dir / file, bare / file);
   EXPECT_EQ(Engine::load(bare.path(), o)->tokenizer(), nullptr);
+}
+
+// On a fixture model: a greedy request gives the same tokens alone and among 32 others of different
+// lengths, chunked and mixed with decode steps and preempted for KV blocks; its text pieces add up to its
+// text, which ends before a stop string.
+TEST(Engine, FixtureRequestAloneEqualsAmongOthers) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(MOE_TEST_DATA) / "models" / "qwen3_moe";
+  EngineOptions o;
+  o.model.cpu_experts = CpuExperts::reference;
+  o.max_num_batched_tokens = 48;
+  o.max_model_len = 128;
+  const std::unique_ptr<Engine> alone = Engine::load(dir, o);
+  o.kv_cache_blocks = 24;  // 384 tokens for 33 requests of up to 66
+  const std::unique_ptr<Engine> crowd = Engine::load(dir, o);
+  const int64_t vocab = crowd->tokenizer()->vocab_size();
+  std::vector<Request> requests;
+  for (int64_t r = 0; r < 33; ++r) {
+    Request request{.max_new_tokens = 6 + (r * 7) % 19};
+    for (int64_t i = 0; i < 3 + (r * 13) % 40; ++i)
+      request.prompt.push_back(static_cast<int32_t>((r * 131 + i * 17 + 5) % vocab));
+    requests.push_back(request);
+  }
+  std::vector<RequestId> ids;
+  for (const Request& request : requests) ids.push_back(crowd->submit(request));
+  std::map<RequestId, std::string> pieces;
+  while (crowd->has_unfinished())
+    for (const RequestOutput& out : crowd->step().outputs) pieces[out.id] += out.new_text;
+  EXPECT_GT(crowd->stats().preemptions, 0);
+  EXPECT_EQ(crowd->kv_usage().free_blocks, 24);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const RequestId id = alone->submit(requests[r]);
+    while (alone->has_unfinished()) alone->step();
+    EXPECT_EQ(crowd->result(ids[r]).generated, alone->result(id).generated) << "request " << r;
+    EXPECT_EQ(crowd->result(ids[r]).text, alone->result(id).text) << "request " << r;
+    EXPECT_EQ(pieces[ids[r]], crowd->result(ids[r]).text) << "request " << r;
+  }
+
+  // A stop string from the middle of a request's text: the text ends right before it.
+  Request request = requests[5];
+  request.max_new_tokens = 24;
+  const RequestId plain = alone->submit(request);
+  while (alone->has_unfinished()) alone->step();
+  const std::string text = alone->result(plain).text;
+  ASSERT_GE(text.size(), 6u);
+  const std::string stop = text.substr(text.size() / 2, 3);
+  request.stop = {stop};
+  const RequestId stopped = alone->submit(request);
+  std::string streamed;
+  while (alone->has_unfinished())
+    for (const RequestOutput& out : alone->step().outputs) streamed += out.new_text;
+  EXPECT_EQ(alone->result(stopped).text, text.substr(0, text.find(stop)));
+  EXPECT_EQ(alone->result(stopped).finish, FinishReason::stop);
+  EXPECT_EQ(streamed, alone->result(stopped).text);
 }
 
 }  // namespace

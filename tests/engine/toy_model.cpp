@@ -12,11 +12,24 @@ namespace {
 
 class ToyCache : public model::KvCache {
  public:
-  ToyCache(int64_t n, int64_t max_length) : tokens(n), max_length(max_length) {}
+  ToyCache(int64_t n, int64_t max_length, int64_t num_blocks)
+      : tokens(n), max_length(max_length), num_blocks(num_blocks) {}
   int64_t num_sequences() const override { return static_cast<int64_t>(tokens.size()); }
   int64_t length(int64_t seq) const override { return static_cast<int64_t>(tokens.at(seq).size()); }
+  int64_t block_tokens() const override { return kToyBlockTokens; }
+  int64_t total_blocks() const override { return num_blocks; }
+  int64_t free_blocks() const override {
+    int64_t used = 0;
+    for (const auto& t : tokens) used += blocks_for(static_cast<int64_t>(t.size()));
+    return num_blocks - used;
+  }
+  int64_t block_bytes() const override { return 64; }
+  void release(int64_t seq) override { tokens.at(seq).clear(); }
+  static int64_t blocks_for(int64_t n) { return (n + kToyBlockTokens - 1) / kToyBlockTokens; }
+
   std::vector<std::vector<int32_t>> tokens;
   int64_t max_length;
+  int64_t num_blocks;
 };
 
 }  // namespace
@@ -48,10 +61,15 @@ ToyModel::ToyModel() {
   info_.num_experts = 4;
   info_.top_k = 2;
   info_.eos_token_ids = {kEos, 10};
+  info_.max_position_embeddings = 64;
 }
 
 std::unique_ptr<model::KvCache> ToyModel::new_cache(int64_t n, int64_t max_length) const {
-  return std::make_unique<ToyCache>(n, max_length);
+  return new_paged_cache(n, max_length, n * ToyCache::blocks_for(max_length));
+}
+
+std::unique_ptr<model::KvCache> ToyModel::new_paged_cache(int64_t n, int64_t max_length, int64_t num_blocks) const {
+  return std::make_unique<ToyCache>(n, max_length, num_blocks);
 }
 
 Tensor ToyModel::forward(std::span<const std::vector<int32_t>> new_tokens, model::KvCache& kv, bool last_only,
@@ -72,6 +90,7 @@ Tensor ToyModel::forward(std::span<const std::vector<int32_t>> new_tokens, model
     }
     MOE_CHECK(cache.length(s) <= cache.max_length, "sequence {} outgrew the cache ({} > {})", s, cache.length(s),
               cache.max_length);
+    MOE_CHECK(cache.free_blocks() >= 0, "the toy cache is out of blocks ({} in all)", cache.num_blocks);
     batch_tokens += static_cast<int64_t>(new_tokens[s].size());
     const int32_t target = next_token(cache.tokens[s]);
     for (int64_t v = 0; v < kVocab; ++v) logits.push_back(v == target ? 2.0f : -0.25f * static_cast<float>(v % 3));

@@ -2,7 +2,8 @@
 // A small deterministic CausalLM for the engine's tests (a test double): its next token is a fixed
 // function of the whole sequence so far, its routing a fixed function of the token, its logits soft and
 // peaked at the next token (so that sampling has a real distribution to draw from). It records how many
-// tokens each forward ran.
+// tokens each forward ran. Its cache counts blocks of kToyBlockTokens and fails a forward that
+// takes more than the pool has.
 
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,7 @@ namespace moe::engine::test {
 
 constexpr int64_t kVocab = 11;
 constexpr int32_t kEos = 9;
+constexpr int64_t kToyBlockTokens = 4;  // the toy cache's block, small so that tests run out of blocks
 
 // The toy model's next token after `history`.
 int32_t next_token(const std::vector<int32_t>& history);
@@ -30,6 +32,7 @@ class ToyModel : public model::CausalLM {
   ToyModel();
   const model::ModelInfo& info() const override { return info_; }
   std::unique_ptr<model::KvCache> new_cache(int64_t n, int64_t max_length) const override;
+  std::unique_ptr<model::KvCache> new_paged_cache(int64_t n, int64_t max_length, int64_t num_blocks) const override;
   Tensor forward(std::span<const std::vector<int32_t>> new_tokens, model::KvCache& kv, bool last_only,
                  const model::RoutingObserver& observer) override;
 

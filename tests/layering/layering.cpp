@@ -29,7 +29,7 @@ const std::map<std::string, std::set<std::string>>& may_include() {
         {"text", {"core"}},
         {"model", {"core", "routing", "quant", "cpu", "layer", "text"}},
         {"engine", {"core", "routing", "quant", "cpu", "cuda", "layer", "ep", "text", "model"}},
-        {"server", {"core", "engine"}},
+        {"server", {"core", "engine", "text"}},
     };
     std::set<std::string> all;
     for (const auto& [layer, below] : t) all.insert(layer);

@@ -1,18 +1,25 @@
 #pragma once
 // The Engine: a model directory loaded once (the model and, where DIR/tokenizer.json exists, its
-// tokenizer), requests submitted at any time, and step() running one forward at a time over them. Each
-// step is either a prefill step (prompt tokens of the current batch, sequence after sequence, up to
-// EngineOptions::max_num_batched_tokens; a request's first token comes from the step that holds the end of
-// its prompt) or, once every prompt of the batch is in, a decode step (the last token of every running
-// request). Results and statistics are readable between steps. One caller at a time: the Engine is not
-// thread-safe (the model may run a forward on many threads).
-//
-// NOTE: the model's KV cache holds a fixed batch of sequences (CausalLM::new_cache), so requests run in
-// batches: waiting requests start together (at most max_num_seqs) once the previous batch has finished.
+// tokenizer), requests submitted and cancelled at any time, and step() running one forward at a time over
+// them with iteration-level continuous batching:
+//   - the running requests (at most max_num_seqs) each hold a sequence of the model's paged KV cache;
+//   - a step gives every decoding request its last token, then the prefilling ones (oldest first) the next
+//     chunks of their prompts within what is left of max_num_batched_tokens (a long prompt is prefilled
+//     over several steps, mixed with the others' decode tokens);
+//   - then waiting requests join, in submission order, while a sequence, the budget and free KV blocks
+//     for their first chunk allow;
+//   - when a running request needs a block and none is free, the newest running request is preempted: its
+//     blocks go back to the pool and it waits at the head of the queue, to be recomputed from its prompt
+//     and the tokens it has generated (never dropped; its sampler continues where it was).
+// A request's tokens depend only on its own prompt, parameters and seed, never on the batch (the model's
+// forward is per-row for a given sequence: its greedy tokens alone equal its tokens among others).
+// Results and statistics are readable between steps. One caller at a time: the Engine is not thread-safe
+// (the model may run a forward on many threads).
 
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -27,6 +34,7 @@
 namespace moe::engine {
 
 class LoadCounter;  // src/engine/load_counter.h
+class TextStream;   // src/engine/text_stream.h
 
 // The CPU experts that suit DIR's checkpoint (ModelOptions::cpu_experts): the fast bf16 experts for BF16
 // expert weights, the exact reference experts for F32 and F16 ones (a bf16 pass would throw their
@@ -36,9 +44,19 @@ CpuExperts default_cpu_experts(const std::filesystem::path& dir);
 // What one step did.
 struct StepResult {
   enum class Kind : uint8_t { idle, prefill, decode };
-  Kind kind = Kind::idle;                // idle: nothing was waiting or running, no forward ran
+  // idle: nothing was waiting or running, no forward ran; prefill: the forward ran prompt tokens (or a
+  // preempted request's recomputation), maybe with decode tokens; decode: only running requests' last tokens.
+  Kind kind = Kind::idle;
   int64_t tokens = 0;                    // tokens run through the model
+  int64_t prefill_tokens = 0;            // of which prompt or recomputed tokens
   std::vector<RequestOutput> outputs{};  // requests that got a token or finished, in request order
+};
+
+// The KV cache's blocks now.
+struct KvUsage {
+  int64_t block_tokens = 0;
+  int64_t total_blocks = 0;
+  int64_t free_blocks = 0;
 };
 
 class Engine {
@@ -48,7 +66,8 @@ class Engine {
   static std::unique_ptr<Engine> load(const std::filesystem::path& dir, EngineOptions options);
 
   // An engine over a model loaded elsewhere (it must outlive the engine), without a tokenizer.
-  // options.model is not used. Throws moe::Error for max_num_batched_tokens or max_num_seqs < 1.
+  // options.model is not used. Throws moe::Error for max_num_batched_tokens or max_num_seqs < 1, a
+  // max_model_len < 1, or a KV cache too small for one sequence of max_model_len.
   Engine(model::CausalLM& model, EngineOptions options);
 
   ~Engine();
@@ -57,21 +76,33 @@ class Engine {
 
   const model::ModelInfo& info() const { return model_->info(); }
   const EngineOptions& options() const { return options_; }
+  // The longest sequence (options().max_model_len, or the model's max_position_embeddings).
+  int64_t max_model_len() const { return max_model_len_; }
   // The tokenizer of DIR/tokenizer.json; null when there was none (or the engine was made over a model).
   const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
 
-  // Queues a request. Throws moe::Error for an empty prompt, an id outside the vocabulary, bad sampling
-  // parameters or max_new_tokens < 0.
+  // Queues a request. Throws moe::Error for an empty prompt, one longer than max_model_len, an id outside
+  // the vocabulary, bad sampling parameters, max_new_tokens < 0, stop strings without a tokenizer, or
+  // logprobs outside [-1, kMaxTopLogprobs].
   RequestId submit(Request request);
+
+  // Finishes request `id` now (FinishReason::cancelled) and gives its KV blocks back; nothing for a request
+  // that has finished. Throws moe::Error for an unknown id.
+  void cancel(RequestId id);
 
   // Runs one step (see above); idle when nothing is waiting or running.
   StepResult step();
 
   // Whether any submitted request has not finished yet.
   bool has_unfinished() const;
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  KvUsage kv_usage() const;
 
-  // Request `id` as it stands now. Throws moe::Error for an id submit did not return.
+  // Request `id` as it stands now. Throws moe::Error for an id submit did not return (or one forgotten).
   const RequestResult& result(RequestId id) const;
+  // Drops finished request `id`'s record (a server's memory stays bounded); result(id) throws after.
+  void forget(RequestId id);
 
   // Counts and times since the engine was made.
   const EngineStats& stats() const { return stats_; }
@@ -80,35 +111,39 @@ class Engine {
   struct Tracked {
     Request request;
     RequestResult result{};
-  };
-  // One request of the running batch (its KV cache slot is its index in batch_).
-  struct Slot {
-    RequestId id;
-    SequenceSampler sampler;
+    std::optional<SequenceSampler> sampler{};  // made when the request first runs
+    std::unique_ptr<TextStream> text{};        // with a tokenizer
+    int64_t slot = -1;                         // its KV cache sequence while running
+    int64_t cached = 0;                        // its tokens (prompt, then generated) in the KV cache
+    int64_t prefill_end = 0;                   // its length when it last joined: tokens before it are prefill
   };
 
   Engine(std::unique_ptr<model::CausalLM> owned, model::CausalLM& model, std::optional<Tokenizer> tokenizer,
          EngineOptions options);
-  void start_batch();
-  StepResult prefill_step();
-  StepResult decode_step();
-  // Samples slot `slot`'s next token from its logits [vocab] and records it (and a finish) in `step`.
-  void take(size_t slot, std::span<const float> logits, StepResult& step);
-  // Marks slot `slot`'s request finished for `reason`.
-  void finish(size_t slot, FinishReason reason);
-  bool running(size_t slot) const;
-  bool batch_done() const;
+  Tracked& tracked(RequestId id);
+  // The request's tokens: prompt then generated.
+  int64_t sequence_length(const Tracked& t) const;
+  int32_t sequence_token(const Tracked& t, int64_t pos) const;
+  // Blocks sequence `t` needs to hold `count` more tokens.
+  int64_t blocks_needed(const Tracked& t, int64_t count) const;
+  // Gives running request `id`'s blocks back and queues it at the head, to be recomputed.
+  void preempt(RequestId id);
+  // Samples request `id`'s next token from its logits [vocab] and records it (and a finish) in `out`.
+  void take(RequestId id, std::span<const float> logits, RequestOutput& out);
+  // Marks request `id` finished for `reason`; a running one gives its blocks back.
+  void finish(RequestId id, FinishReason reason, RequestOutput* out);
 
   std::unique_ptr<model::CausalLM> owned_;  // set by load(); the engine's model otherwise lives elsewhere
   model::CausalLM* model_;
   std::optional<Tokenizer> tokenizer_;
   EngineOptions options_;
-  std::vector<Tracked> requests_;        // [submitted], indexed by RequestId
-  std::deque<RequestId> waiting_;        // submitted, not yet in a batch, in submission order
-  std::vector<Slot> batch_;              // the running batch
-  std::unique_ptr<model::KvCache> cache_;  // the batch's
-  size_t prefill_slot_ = 0;                // the first slot whose prompt is not all in the cache
-  int64_t prefill_offset_ = 0;             // prompt tokens of that slot already in the cache
+  int64_t max_model_len_ = 0;
+  RequestId next_id_ = 0;
+  std::map<RequestId, Tracked> requests_;  // submitted and not forgotten
+  std::deque<RequestId> waiting_;          // not running: submitted or preempted (at the head)
+  std::vector<RequestId> running_;         // in admission order (the newest last)
+  std::vector<RequestId> slots_;           // [max_num_seqs] the request in each cache sequence, -1 when free
+  std::unique_ptr<model::KvCache> cache_;
   int64_t unfinished_ = 0;                 // submitted requests not yet finished
   EngineStats stats_;
   std::unique_ptr<LoadCounter> counter_;  // counts into stats_.layers

@@ -14,12 +14,21 @@ struct EngineOptions {
   // its blocks there before Engine::load). Engine::load sets its max_batched_tokens to
   // moe_workspace_tokens(*this).
   model::ModelOptions model;
-  // The most prompt tokens in one prefill step's forward (a longer prompt is prefilled over several
-  // steps). A decode step runs one token per running request, however many that is.
+  // The most tokens in one step's forward: every decoding request's last token, then prompt chunks in
+  // what is left (a longer prompt is prefilled over several steps). The decoding requests' tokens always
+  // run, however many they are.
   int64_t max_num_batched_tokens = 4096;
-  // The most requests run together: the Engine starts a batch of at most this many waiting requests once
-  // the previous batch has finished.
+  // The most requests run together; a waiting request joins the running ones at the next step that has
+  // room for it (a free sequence, KV blocks for its first chunk, step budget).
   int64_t max_num_seqs = 256;
+  // The longest sequence (prompt and generated tokens); 0: the model's max_position_embeddings.
+  int64_t max_model_len = 0;
+  // The KV cache's blocks (CausalLM::new_paged_cache); 0: room for max_num_seqs sequences of
+  // max_model_len tokens, capped by kv_cache_memory_fraction. At least one sequence of max_model_len must fit.
+  int64_t kv_cache_blocks = 0;
+  // When > 0 (and kv_cache_blocks is 0), the KV cache takes at most this fraction of the host's available
+  // memory at load (the pool lives in host memory).
+  double kv_cache_memory_fraction = 0.0;
   // Called for every (token, MoE layer) of the prompts and of the generated tokens run through the model
   // (each request's last token never is), with RoutingEvent::seq the request's id; may be empty. May be
   // called from several threads at once.

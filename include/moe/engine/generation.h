@@ -1,8 +1,8 @@
 #pragma once
 // Batch generation over an Engine: a list of prompts submitted together as requests 0..n-1 (prompt s
-// sampling from stream s) and stepped until every one has finished. Prefill runs every prompt in steps of
-// at most EngineOptions::max_num_batched_tokens tokens (a long prompt is split across several); then each
-// decode step runs the last token of every unfinished sequence. A sequence stops at any of the model's EOS
+// sampling from stream s) and stepped until every one has finished, as the Engine schedules them: prompts
+// in chunks within EngineOptions::max_num_batched_tokens (a long prompt is split across several steps), a
+// sequence whose prompt is in decoding from the next step on beside them. A sequence stops at any of the model's EOS
 // ids (kept in its output, as transformers does) or after max_new_tokens tokens.
 
 #include <cstdint>

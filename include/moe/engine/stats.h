@@ -1,6 +1,7 @@
 #pragma once
 // What the Engine counts while it runs: prompt and generated tokens, their wall clock, and per MoE layer
-// how many (token, expert) pairs each expert received.
+// how many (token, expert) pairs each expert received. A step that runs prompt and decode tokens together
+// splits its wall clock between prefill and decode by their token counts.
 
 #include <cstdint>
 #include <vector>
@@ -22,6 +23,7 @@ struct EngineStats {
   int64_t decode_tokens = 0;     // tokens run by decode steps (each gives one new token)
   double decode_seconds = 0.0;
   std::vector<LayerLoad> layers;  // one per MoE layer, in ModelInfo::moe_layers order
+  int64_t preemptions = 0;        // running requests that lost their KV blocks to others (recomputed later)
 
   double prefill_tokens_per_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0.0; }
   double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0.0; }

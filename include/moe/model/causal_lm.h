@@ -78,6 +78,16 @@ class KvCache {
   virtual ~KvCache() = default;
   virtual int64_t num_sequences() const = 0;
   virtual int64_t length(int64_t seq) const = 0;  // tokens already in sequence `seq`
+
+  // Paging, for a scheduler that admits sequences by free blocks: a sequence of n tokens holds
+  // ceil(n / block_tokens()) blocks; a forward takes the blocks its new tokens need and fails when the pool
+  // has too few.
+  virtual int64_t block_tokens() const = 0;
+  virtual int64_t total_blocks() const = 0;
+  virtual int64_t free_blocks() const = 0;
+  virtual int64_t block_bytes() const = 0;  // every layer's keys and values of one block
+  // Empties sequence `seq` and gives its blocks back, so that its slot can take another sequence.
+  virtual void release(int64_t seq) = 0;
 };
 
 class CausalLM {
@@ -94,6 +104,10 @@ class CausalLM {
 
   // An empty cache for `num_sequences` sequences of at most `max_length` tokens each.
   virtual std::unique_ptr<KvCache> new_cache(int64_t num_sequences, int64_t max_length) const = 0;
+  // The same with a pool of `num_blocks` blocks shared by the sequences (fewer than every sequence at
+  // max_length needs: a scheduler then preempts a sequence when the pool runs out).
+  virtual std::unique_ptr<KvCache> new_paged_cache(int64_t num_sequences, int64_t max_length,
+                                                   int64_t num_blocks) const = 0;
 
   // Appends new_tokens[s] to sequence s (a sequence may get none) and runs them through the model in one
   // batch: the MoE blocks see all the batch's tokens at once, attention each sequence against its own

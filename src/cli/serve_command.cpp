@@ -1,0 +1,151 @@
+// moe serve: an OpenAI-compatible server over a model directory (moe/server/server.h), with vLLM's flag
+// names. The command turns flags into EngineOptions and ServerOptions, prints one line once it accepts
+// requests, and stops cleanly on SIGINT or SIGTERM (a thread waits for them; every other thread has them
+// blocked).
+#include <fmt/core.h>
+#include <pthread.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "commands.h"
+#include "generate_report.h"
+#include "moe/core/check.h"
+#include "moe/engine/engine.h"
+#include "moe/server/server.h"
+#include "moe/text/chat_template.h"
+
+namespace moe::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ServeArgs {
+  std::string model_dir, host = "127.0.0.1", served_model_name, api_key, backend = "cpu";
+  int port = 8000;
+  int64_t max_model_len = 0, max_num_seqs = 256, max_num_batched_tokens = 2048;
+  double gpu_memory_utilization = 0.9;
+  std::string chat_template, trace_routing;
+};
+
+// One JSON line per routing event (seq: the engine's request id); events may come from any thread.
+class RoutingTrace {
+ public:
+  explicit RoutingTrace(const std::string& path) : path_(path), file_(path) {
+    MOE_CHECK(file_.good(), "--trace-routing: cannot write '{}'", path);
+  }
+  void write(const model::RoutingEvent& event) {
+    std::lock_guard lock(mutex_);
+    file_ << trace_line(event).dump() << '\n';
+  }
+
+ private:
+  std::string path_;
+  std::ofstream file_;
+  std::mutex mutex_;
+};
+
+// Whether DIR has a chat template where transformers looks (a model without one is served without chat).
+bool has_chat_template(const fs::path& dir) {
+  if (fs::exists(dir / "chat_template.jinja") || fs::exists(dir / "chat_template.json")) return true;
+  std::ifstream config(dir / "tokenizer_config.json");
+  if (!config) return false;
+  const nlohmann::json j = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("chat_template");
+}
+
+void run_serve(const ServeArgs& a) {
+  const fs::path dir = a.model_dir;
+  MOE_CHECK(fs::is_directory(dir), "--model '{}' is not a directory: give a HuggingFace model directory (config.json "
+            "and safetensors weights)", a.model_dir);
+  MOE_CHECK(a.port >= 0 && a.port <= 65535, "--port must be in [0, 65535] (0: any free port), got {}", a.port);
+  MOE_CHECK(a.max_num_seqs >= 1, "--max-num-seqs must be >= 1, got {}", a.max_num_seqs);
+  MOE_CHECK(a.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1, got {}", a.max_num_batched_tokens);
+  MOE_CHECK(a.max_model_len >= 0, "--max-model-len must be >= 1, got {}", a.max_model_len);
+  MOE_CHECK(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0,
+            "--gpu-memory-utilization must be in (0, 1], got {}", a.gpu_memory_utilization);
+  MOE_CHECK(a.chat_template.empty() || fs::is_regular_file(a.chat_template),
+            "--chat-template '{}' is not a file: give a Jinja chat template", a.chat_template);
+#if !MOE_WITH_CUDA
+  MOE_CHECK(a.backend != "cuda",
+            "--backend cuda: this build has no CUDA backend (no nvcc at configure time); use --backend cpu");
+#endif
+
+  // NOTE: blocked before any thread starts (the model's thread pool, the server's), so that only the
+  // waiter below takes them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  engine::EngineOptions options;
+  options.max_num_seqs = a.max_num_seqs;
+  options.max_num_batched_tokens = a.max_num_batched_tokens;
+  options.max_model_len = a.max_model_len;
+  // NOTE: the KV pool lives in host memory on both backends today, so the fraction is of that.
+  options.kv_cache_memory_fraction = a.gpu_memory_utilization;
+  options.model.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
+  options.model.cpu_experts = engine::default_cpu_experts(dir);
+  std::optional<RoutingTrace> trace;
+  if (!a.trace_routing.empty()) {
+    trace.emplace(a.trace_routing);
+    options.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
+  }
+  const std::unique_ptr<engine::Engine> engine = engine::Engine::load(dir, options);
+
+  server::ServerOptions server_options{.host = a.host, .port = a.port,
+                                       .served_model_name = a.served_model_name.empty() ? a.model_dir
+                                                                                        : a.served_model_name,
+                                       .api_key = a.api_key};
+  if (!a.chat_template.empty())
+    server_options.chat_template = ChatTemplate::from_file(a.chat_template, dir);
+  else if (has_chat_template(dir))
+    server_options.chat_template = ChatTemplate::load(dir);
+  server::Server server(*engine, server_options);
+  server.bind();
+  std::thread waiter([&] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    server.stop();
+  });
+  fmt::print("serving {} on http://{}:{}\n", server_options.served_model_name, a.host, server.port());
+  std::fflush(stdout);
+  server.run();
+  waiter.join();
+}
+
+}  // namespace
+
+Run add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (continuous batching)");
+  cmd->add_option("--model", args->model_dir, "model directory: config.json, safetensors weights, tokenizer.json")
+      ->required();
+  cmd->add_option("--host", args->host, "address to listen on (default 127.0.0.1)");
+  cmd->add_option("--port", args->port, "port to listen on (default 8000; 0: any free port)");
+  cmd->add_option("--served-model-name", args->served_model_name,
+                  "the model name the API answers to and lists (default: the --model value)");
+  cmd->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on every endpoint but /health");
+  cmd->add_option("--backend", args->backend, "cpu, or cuda (the MoE blocks on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--max-model-len", args->max_model_len,
+                  "the longest sequence, prompt and generated tokens (default: the model's max_position_embeddings)");
+  cmd->add_option("--max-num-seqs", args->max_num_seqs, "the most requests running together (default 256)");
+  cmd->add_option("--max-num-batched-tokens", args->max_num_batched_tokens,
+                  "the most tokens in one step: decode tokens, then prompt chunks (default 2048)");
+  cmd->add_option("--gpu-memory-utilization", args->gpu_memory_utilization,
+                  "the fraction of available memory the KV cache may take (default 0.9; the pool is in host memory)");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "a Jinja chat template file for /v1/chat/completions (default: the model's tokenizer_config.json)");
+  cmd->add_option("--trace-routing", args->trace_routing,
+                  "write every routing decision as a JSON line: seq (request id), pos, token, layer, experts, weights");
+  return [args] { run_serve(*args); };
+}
+
+}  // namespace moe::cli
