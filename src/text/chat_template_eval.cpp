@@ -294,6 +294,7 @@ class Renderer {
 
   // A filter chain parsed with a null innermost input, applied to `input`.
   Value eval_filters(const Expr& e, const Value& input, const ScopePtr& scope) {
+    MOE_CHECK(e.known, "no filter named '{}'", e.name);
     const Value inner = e.items[0] ? eval_filters(*e.items[0], input, scope) : input;
     CallArgs args = eval_args(e, 1, scope);
     return apply_filter(e.name, inner, args);
@@ -334,11 +335,13 @@ class Renderer {
       }
       case Expr::Kind::call: return eval_call(e, scope);
       case Expr::Kind::filter: {
+        MOE_CHECK(e.known, "no filter named '{}'", e.name);
         const Value input = eval(*e.items[0], scope);
         CallArgs args = eval_args(e, 1, scope);
         return apply_filter(e.name, input, args);
       }
       case Expr::Kind::test: {
+        MOE_CHECK(e.known, "no test named '{}'", e.name);
         const Value v = eval(*e.items[0], scope);
         CallArgs args = eval_args(e, 1, scope);
         return Value::of(apply_test(e.name, v, args) != e.negated);
