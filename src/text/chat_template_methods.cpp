@@ -295,8 +295,29 @@ std::vector<Json> iterate(const Value& v) {
   return out;
 }
 
+namespace {
+
+Value loop_attribute(const LoopState& loop, const std::string& name) {
+  const int64_t i = loop.index0, n = static_cast<int64_t>(loop.items->size());
+  if (name == "index") return Value::of(i + 1);
+  if (name == "index0") return Value::of(i);
+  if (name == "revindex") return Value::of(n - i);
+  if (name == "revindex0") return Value::of(n - i - 1);
+  if (name == "first") return Value::of(i == 0);
+  if (name == "last") return Value::of(i == n - 1);
+  if (name == "length") return Value::of(n);
+  if (name == "depth") return Value::of(int64_t{1});
+  if (name == "depth0") return Value::of(int64_t{0});
+  if (name == "previtem" && i > 0) return Value::of((*loop.items)[static_cast<size_t>(i - 1)]);
+  if (name == "nextitem" && i + 1 < n) return Value::of((*loop.items)[static_cast<size_t>(i + 1)]);
+  return Value::undefined(name);
+}
+
+}  // namespace
+
 Value get_attribute(const Value& obj, const std::string& name) {
   require_defined(obj, "attribute '" + name + "'");
+  if (obj.kind == Value::Kind::loop) return loop_attribute(*obj.loop, name);
   if (obj.kind == Value::Kind::ns) {
     const auto it = obj.attributes->find(name);
     return it != obj.attributes->end() ? Value::of(*it) : Value::undefined(name);
@@ -310,6 +331,7 @@ Value get_attribute(const Value& obj, const std::string& name) {
 
 Value get_item(const Value& obj, const Value& key) {
   require_defined(obj, "an item");
+  if (obj.kind == Value::Kind::loop) return key.is_string() ? get_attribute(obj, key.str()) : Value::undefined("item");
   if (obj.kind == Value::Kind::ns) return key.is_string() ? get_attribute(obj, key.str()) : Value::undefined("item");
   if (!obj.is_data()) return Value::undefined("item");
   const Json& j = obj.data;

@@ -205,6 +205,22 @@ TEST(ChatTemplateErrors, RangeIsBoundedAsTheSandboxBoundsIt) {
             std::string::npos);
 }
 
+TEST(ChatTemplateErrors, RunawayTemplatesStop) {
+  const nlohmann::json none = nlohmann::json::array();
+  EXPECT_NE(error_of([&] {
+              ChatTemplate::from_string("{% for i in range(1001) %}{% for j in range(1000) %}{% endfor %}{% endfor %}")
+                  .render(none, true);
+            }).find("loop iterations"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { ChatTemplate::from_string("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").render(none, true); })
+                .find("recursed deeper"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              ChatTemplate::from_string("{% for i in range(20) %}{{ 'x' * 5000000 }}{% endfor %}").render(none, true);
+            }).find("output passed"),
+            std::string::npos);
+}
+
 TEST(ChatTemplateLoader, MissingFilesAndTemplatesAreErrorsNamingThem) {
   test::TempDir dir;
   const std::string missing = error_of([&] { ChatTemplate::from_file(dir / "none.jinja", dir.path()); });
