@@ -41,6 +41,7 @@ struct Expr {
   Json value{};
   std::string name{};
   bool negated = false;
+  bool known = true;  // filter / test: its name exists (jinja2 allows an unknown one in an if, until it runs)
   std::vector<std::string> ops{};
   std::vector<ExprPtr> items{};
   std::vector<std::pair<std::string, ExprPtr>> keyword{};

@@ -5,6 +5,7 @@
 #include "chat_template_methods.h"
 #include "moe/core/check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <unordered_map>
@@ -20,8 +21,12 @@ using ScopePtr = std::shared_ptr<Scope>;
 
 enum class Flow { normal, loop_break, loop_continue };
 
-// NOTE: deep recursion (a macro calling itself) is bounded so that a template cannot overflow the stack.
+// NOTE: deep recursion (a macro calling itself) is bounded so that a template cannot overflow the stack,
+// and a render's loop iterations and output so that no template runs for ever or fills the memory (jinja2
+// bounds neither; a real template stays far below both).
 constexpr int kMaxDepth = 200;
+constexpr int64_t kMaxSteps = 1'000'000;
+constexpr size_t kMaxOutput = size_t{64} << 20;
 
 int64_t int_of(const Json& j) { return j.is_boolean() ? int64_t{j.get<bool>()} : j.get<int64_t>(); }
 
@@ -50,15 +55,17 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       const Json& seq = repeat_x ? x : y;
       const int64_t n = int_of(repeat_x ? y : x);
       MOE_CHECK(n * static_cast<int64_t>(seq.size()) <= 10'000'000, "the result of '*' is too long");
-      Json out = seq.is_string() ? Json("") : Json::array();
-      for (int64_t i = 0; i < n; ++i) {
-        if (seq.is_string()) {
-          out.get_ref<std::string&>() += seq.get_ref<const std::string&>();
-        } else {
-          for (const Json& item : seq) out.push_back(item);
-        }
+      if (seq.is_string()) {
+        const std::string& unit = seq.get_ref<const std::string&>();
+        std::string out;
+        out.reserve(unit.size() * static_cast<size_t>(std::max<int64_t>(n, 0)));
+        for (int64_t i = 0; i < n; ++i) out += unit;
+        return Value::of(std::move(out));
       }
-      return Value::of(out);
+      Json out = Json::array();
+      for (int64_t i = 0; i < n; ++i)
+        for (const Json& item : seq) out.push_back(item);
+      return Value::of(std::move(out));
     }
   }
   if (!is_number(x) || !is_number(y)) return unsupported();
@@ -124,6 +131,14 @@ class Renderer {
   }
 
  private:
+  void step() { MOE_CHECK(++steps_ <= kMaxSteps, "the template ran more than {} loop iterations", kMaxSteps); }
+
+  void emit(const std::string& text) {
+    MOE_CHECK(out_->size() + text.size() <= kMaxOutput, "the template's output passed {} MiB", kMaxOutput >> 20);
+    *out_ += text;
+  }
+
+
   Flow exec_one(const Stmt& s, const ScopePtr& scope) {
     try {
       return exec_stmt(s, scope);
@@ -134,8 +149,8 @@ class Renderer {
 
   Flow exec_stmt(const Stmt& s, const ScopePtr& scope) {
     switch (s.kind) {
-      case Stmt::Kind::text: *out_ += s.text; return Flow::normal;
-      case Stmt::Kind::print: *out_ += to_text(eval(*s.expr, scope)); return Flow::normal;
+      case Stmt::Kind::text: emit(s.text); return Flow::normal;
+      case Stmt::Kind::print: emit(to_text(eval(*s.expr, scope))); return Flow::normal;
       case Stmt::Kind::if_chain:
         for (size_t i = 0; i < s.conditions.size(); ++i)
           if (truthy(eval(*s.conditions[i], scope))) return exec(s.bodies[i], scope);
@@ -152,11 +167,11 @@ class Renderer {
       case Stmt::Kind::call_block: {
         CallArgs extra;
         extra.keyword.emplace_back("caller", macro_value(*s.macro, scope));
-        *out_ += to_text(eval_call(*s.expr, scope, &extra));
+        emit(to_text(eval_call(*s.expr, scope, &extra)));
         return Flow::normal;
       }
       case Stmt::Kind::filter_block:
-        *out_ += to_text(eval_filters(*s.expr, Value::of(capture(s.bodies[0], scope)), scope));
+        emit(to_text(eval_filters(*s.expr, Value::of(capture(s.bodies[0], scope)), scope)));
         return Flow::normal;
       case Stmt::Kind::with_block: {
         auto inner = std::make_shared<Scope>(Scope{.parent = scope});
@@ -203,27 +218,26 @@ class Renderer {
   }
 
   Flow exec_for(const Stmt& s, const ScopePtr& scope) {
-    const std::vector<Json> all = iterate(eval(*s.expr, scope));
-    std::vector<Json> items;
-    for (const Json& item : all) {
-      if (s.condition) {
+    std::vector<Json> all = iterate(eval(*s.expr, scope));
+    auto items = std::make_shared<std::vector<Json>>();
+    if (s.condition) {
+      for (Json& item : all) {
+        step();
         auto probe = std::make_shared<Scope>(Scope{.parent = scope});
         assign(s.target, Value::of(item), probe);
-        if (!truthy(eval(*s.condition, probe))) continue;
+        if (truthy(eval(*s.condition, probe))) items->push_back(std::move(item));
       }
-      items.push_back(item);
+    } else {
+      *items = std::move(all);
     }
-    if (items.empty()) return exec(s.else_body, scope);
-    const auto n = static_cast<int64_t>(items.size());
-    for (int64_t i = 0; i < n; ++i) {
+    if (items->empty()) return exec(s.else_body, scope);
+    for (size_t i = 0; i < items->size(); ++i) {
+      step();
       auto inner = std::make_shared<Scope>(Scope{.parent = scope});
-      assign(s.target, Value::of(items[static_cast<size_t>(i)]), inner);
-      Json loop = {{"index", i + 1}, {"index0", i},         {"revindex", n - i}, {"revindex0", n - i - 1},
-                   {"first", i == 0}, {"last", i == n - 1}, {"length", n},       {"depth", 1},
-                   {"depth0", 0}};
-      if (i > 0) loop["previtem"] = items[static_cast<size_t>(i - 1)];
-      if (i + 1 < n) loop["nextitem"] = items[static_cast<size_t>(i + 1)];
-      inner->vars["loop"] = Value::of(std::move(loop));
+      assign(s.target, Value::of((*items)[i]), inner);
+      inner->vars["loop"] = Value{.kind = Value::Kind::loop,
+                                  .loop = std::make_shared<const LoopState>(
+                                      LoopState{.items = items, .index0 = static_cast<int64_t>(i)})};
       if (exec(s.bodies[0], inner) == Flow::loop_break) break;
     }
     return Flow::normal;
@@ -258,6 +272,7 @@ class Renderer {
         scope->vars[m.params[i]] = std::move(v);
       }
       no_more_args(args, "macro '" + m.name + "'");
+      step();
       MOE_CHECK(++depth_ <= kMaxDepth, "macro '{}' recursed deeper than {} calls", m.name, kMaxDepth);
       struct Leave {
         int& depth;
@@ -294,6 +309,7 @@ class Renderer {
 
   // A filter chain parsed with a null innermost input, applied to `input`.
   Value eval_filters(const Expr& e, const Value& input, const ScopePtr& scope) {
+    MOE_CHECK(e.known, "no filter named '{}'", e.name);
     const Value inner = e.items[0] ? eval_filters(*e.items[0], input, scope) : input;
     CallArgs args = eval_args(e, 1, scope);
     return apply_filter(e.name, inner, args);
@@ -334,11 +350,13 @@ class Renderer {
       }
       case Expr::Kind::call: return eval_call(e, scope);
       case Expr::Kind::filter: {
+        MOE_CHECK(e.known, "no filter named '{}'", e.name);
         const Value input = eval(*e.items[0], scope);
         CallArgs args = eval_args(e, 1, scope);
         return apply_filter(e.name, input, args);
       }
       case Expr::Kind::test: {
+        MOE_CHECK(e.known, "no test named '{}'", e.name);
         const Value v = eval(*e.items[0], scope);
         CallArgs args = eval_args(e, 1, scope);
         return Value::of(apply_test(e.name, v, args) != e.negated);
@@ -399,6 +417,7 @@ class Renderer {
 
   std::string* out_;
   int depth_ = 0;
+  int64_t steps_ = 0;
   std::vector<ScopePtr> macro_scopes_;
 };
 

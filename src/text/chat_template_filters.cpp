@@ -32,6 +32,8 @@ const std::set<std::string>& test_names() {
 
 std::string soft_str(const Value& v) { return to_text(v); }
 
+int64_t int_of_json(const Json& j) { return j.is_boolean() ? int64_t{j.get<bool>()} : j.get<int64_t>(); }
+
 bool flag(const Value& v, bool fallback) { return v.is_undefined() ? fallback : truthy(v); }
 
 int64_t integer_arg(const Value& v, int64_t fallback, const char* what) {
@@ -253,6 +255,7 @@ Value select_filter(const std::string& name, const Value& input, CallArgs& args)
   }
   CallArgs test_args = rest_args(args, test_at + 1);
   Json out = Json::array();
+  if (!truthy(input)) return Value::of(out);  // as jinja2's select_or_reject: a falsy input selects nothing
   for (const Json& item : iterate(input)) {
     const Value v = by_attribute ? item_attribute(item, attribute) : Value::of(item);
     CallArgs a = test_args;
@@ -264,6 +267,7 @@ Value select_filter(const std::string& name, const Value& input, CallArgs& args)
 
 Value map_filter(const Value& input, CallArgs& args) {
   Json out = Json::array();
+  if (!truthy(input)) return Value::of(out);  // as jinja2's do_map: a falsy input maps to nothing
   const Value attribute = take_arg(args, 99, "attribute");
   if (!attribute.is_undefined()) {
     const Value fallback = take_arg(args, 99, "default");
@@ -290,6 +294,7 @@ Value map_filter(const Value& input, CallArgs& args) {
 }
 
 Value number_filter(const std::string& name, const Value& input, CallArgs& args) {
+  MOE_CHECK(!input.is_undefined(), "'{}' is undefined", input.name);
   const Value fallback = take_arg(args, 0, "default");
   if (name == "int") {
     const int64_t base = integer_arg(take_arg(args, 1, "base"), 10, "the base of int");
@@ -374,6 +379,7 @@ Value string_filter(const std::string& name, const Value& input, CallArgs& args)
     return Value::of(strip(soft_str(input), chars, true, true));
   }
   if (name == "indent") {
+    MOE_CHECK(!input.is_undefined(), "'{}' is undefined", input.name);
     const Value width = take_arg(args, 0, "width");
     const bool first = flag(take_arg(args, 1, "first"), false);
     const bool blank = flag(take_arg(args, 2, "blank"), false);
@@ -399,7 +405,7 @@ Value string_filter(const std::string& name, const Value& input, CallArgs& args)
   no_more_args(args, name);
   std::string s = soft_str(input);
   if (name == "string") return input.is_string() ? input : Value::of(s);
-  if (name == "safe") return input.is_undefined() ? Value::of(std::string()) : input;
+  if (name == "safe") return Value::of(s);  // Markup(value): the value's text
   if (name == "e" || name == "escape") return Value::of(html_escape(s));
   CallArgs none;
   if (name == "upper" || name == "lower") return *call_method(Value::of(s), name, none);
@@ -538,6 +544,8 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
     const Value method = take_arg(args, 1, "method");
     no_more_args(args, "round");
     const std::string how = method.is_undefined() ? "common" : soft_str(method);
+    // Python's round(int, n) keeps the int.
+    if (how == "common" && !input.data.is_number_float()) return Value::of(int_of_json(input.data));
     const double scale = std::pow(10.0, static_cast<double>(precision));
     const double x = as_double(input.data) * scale;
     // Python's round(): halves go to the even neighbour, which nearbyint does in the default rounding mode.
@@ -563,9 +571,11 @@ bool apply_test(const std::string& name, const Value& value, CallArgs& args) {
     const Value other = take_arg(args, 0, "other");
     no_more_args(args, name);
     if (name == "divisibleby") {
-      const int64_t d = integer_arg(other, 1, "the argument of divisibleby");
-      MOE_CHECK(d != 0 && j && j->is_number_integer(), "divisibleby needs integers");
-      return j->get<int64_t>() % d == 0;
+      MOE_CHECK(j && is_number(*j) && other.is_data() && is_number(other.data) && as_double(other.data) != 0.0,
+                "divisibleby needs a number and a non-zero divisor");
+      if (j->is_number_float() || other.data.is_number_float()) return std::fmod(as_double(*j), as_double(other.data)) == 0.0;
+      return (j->is_boolean() ? int64_t{j->get<bool>()} : j->get<int64_t>()) %
+                 (other.data.is_boolean() ? int64_t{other.data.get<bool>()} : other.data.get<int64_t>()) == 0;
     }
     if (name == "sameas") {
       // Python's `is`: None, True, False and small integers are singletons; other values are distinct objects.
@@ -598,18 +608,32 @@ bool apply_test(const std::string& name, const Value& value, CallArgs& args) {
   if (name == "string") return j && j->is_string();
   if (name == "mapping") return (j && j->is_object()) || value.kind == Value::Kind::ns;
   if (name == "iterable") return value.is_undefined() || (j && (j->is_array() || j->is_object() || j->is_string()));
-  if (name == "sequence") return j && (j->is_array() || j->is_object() || j->is_string());
+  // jinja2's Undefined has a length and an item method (which fail when used), so it passes as a sequence.
+  if (name == "sequence") return value.is_undefined() || (j && (j->is_array() || j->is_object() || j->is_string()));
   if (name == "callable") return value.kind == Value::Kind::callable;
   if (name == "escaped") return false;
   if (name == "odd" || name == "even") {
-    MOE_CHECK(j && (j->is_number_integer() || j->is_boolean()), "{} needs an integer, not {}", name, type_name(value));
-    const int64_t v = j->is_boolean() ? j->get<bool>() : j->get<int64_t>();
-    return (v % 2 != 0) == (name == "odd");
+    MOE_CHECK(j && is_number(*j), "{} needs a number, not {}", name, type_name(value));
+    // Python's value % 2 == 1 (odd) or == 0 (even), floats included.
+    if (!j->is_number_float()) return (int_of_json(*j) % 2 != 0) == (name == "odd");
+    double r = std::fmod(as_double(*j), 2.0);
+    if (r < 0) r += 2.0;
+    return name == "odd" ? r == 1.0 : r == 0.0;
   }
   if (name == "lower" || name == "upper") {
-    if (!j || !j->is_string()) return false;
-    CallArgs none;
-    return call_method(value, name, none)->str() == j->get_ref<const std::string&>();
+    // Python's str.islower / isupper: some cased letter, and none of the other case.
+    const std::string text = to_text(value);
+    bool cased = false;
+    for (const char c : text) {
+      if (std::islower(static_cast<unsigned char>(c))) {
+        if (name == "upper") return false;
+        cased = true;
+      } else if (std::isupper(static_cast<unsigned char>(c))) {
+        if (name == "lower") return false;
+        cased = true;
+      }
+    }
+    return cased;
   }
   if (name == "filter") return value.is_string() && has_filter(value.str());
   if (name == "test") return value.is_string() && has_test(value.str());

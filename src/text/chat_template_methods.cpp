@@ -295,8 +295,29 @@ std::vector<Json> iterate(const Value& v) {
   return out;
 }
 
+namespace {
+
+Value loop_attribute(const LoopState& loop, const std::string& name) {
+  const int64_t i = loop.index0, n = static_cast<int64_t>(loop.items->size());
+  if (name == "index") return Value::of(i + 1);
+  if (name == "index0") return Value::of(i);
+  if (name == "revindex") return Value::of(n - i);
+  if (name == "revindex0") return Value::of(n - i - 1);
+  if (name == "first") return Value::of(i == 0);
+  if (name == "last") return Value::of(i == n - 1);
+  if (name == "length") return Value::of(n);
+  if (name == "depth") return Value::of(int64_t{1});
+  if (name == "depth0") return Value::of(int64_t{0});
+  if (name == "previtem" && i > 0) return Value::of((*loop.items)[static_cast<size_t>(i - 1)]);
+  if (name == "nextitem" && i + 1 < n) return Value::of((*loop.items)[static_cast<size_t>(i + 1)]);
+  return Value::undefined(name);
+}
+
+}  // namespace
+
 Value get_attribute(const Value& obj, const std::string& name) {
   require_defined(obj, "attribute '" + name + "'");
+  if (obj.kind == Value::Kind::loop) return loop_attribute(*obj.loop, name);
   if (obj.kind == Value::Kind::ns) {
     const auto it = obj.attributes->find(name);
     return it != obj.attributes->end() ? Value::of(*it) : Value::undefined(name);
@@ -310,6 +331,7 @@ Value get_attribute(const Value& obj, const std::string& name) {
 
 Value get_item(const Value& obj, const Value& key) {
   require_defined(obj, "an item");
+  if (obj.kind == Value::Kind::loop) return key.is_string() ? get_attribute(obj, key.str()) : Value::undefined("item");
   if (obj.kind == Value::Kind::ns) return key.is_string() ? get_attribute(obj, key.str()) : Value::undefined("item");
   if (!obj.is_data()) return Value::undefined("item");
   const Json& j = obj.data;
@@ -335,8 +357,8 @@ Value get_item(const Value& obj, const Value& key) {
 
 Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   require_defined(obj, "a slice");
-  MOE_CHECK(obj.is_data() && (obj.data.is_array() || obj.data.is_string()), "'{}' object cannot be sliced",
-            type_name(obj));
+  // As jinja2's getitem: what cannot be sliced gives undefined.
+  if (!obj.is_data() || !(obj.data.is_array() || obj.data.is_string())) return Value::undefined("slice");
   auto bound = [](const Value& v) -> std::optional<int64_t> {
     if (v.is_undefined() || v.is_none()) return std::nullopt;
     return as_index(v, "a slice index");
@@ -366,10 +388,29 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
   return is_str ? Value::of(encode_utf8(sliced)) : Value::of(out);
 }
 
+namespace {
+
+std::optional<Value> list_method(const Json& list, const std::string& name, CallArgs& args) {
+  if (name != "count" && name != "index") return std::nullopt;
+  const Value item = take_arg(args, 0, "value");
+  no_more_args(args, "list." + name + "()");
+  int64_t count = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!equal(item, Value::of(list[i]))) continue;
+    if (name == "index") return Value::of(static_cast<int64_t>(i));
+    ++count;
+  }
+  MOE_CHECK(name == "count", "{} is not in list", to_text(item));
+  return Value::of(count);
+}
+
+}  // namespace
+
 std::optional<Value> call_method(const Value& obj, const std::string& name, CallArgs& args) {
   if (!obj.is_data()) return std::nullopt;
   if (obj.data.is_string()) return string_method(obj.str(), name, args);
   if (obj.data.is_object()) return dict_method(obj.data, name, args);
+  if (obj.data.is_array()) return list_method(obj.data, name, args);
   return std::nullopt;
 }
 

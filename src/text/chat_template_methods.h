@@ -23,7 +23,7 @@ Value get_attribute(const Value& obj, const std::string& name);
 Value get_item(const Value& obj, const Value& key);
 // obj[start:stop:step] of a list or str; undefined bounds are omitted ones.
 Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
-// obj.name(args) for a Python method of str, dict or list; nullopt when `name` is not one.
+// obj.name(args) for a Python method of str, dict or list (count, index); nullopt when `name` is not one.
 std::optional<Value> call_method(const Value& obj, const std::string& name, CallArgs& args);
 // The globals every template sees.
 void add_globals(std::vector<std::pair<std::string, Value>>& globals);

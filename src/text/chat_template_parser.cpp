@@ -648,8 +648,8 @@ class Parser {
         name += '.';
         name += expect_name();
       }
-      MOE_CHECK(has_filter(name), "line {}: no filter named '{}'", line, name);
       auto filter = make(Expr::Kind::filter, line);
+      filter->known = has_filter(name);
       filter->name = name;
       filter->items.push_back(std::move(input));
       if (is_op("(")) parse_args(*filter);
@@ -685,7 +685,7 @@ class Parser {
       test->name += '.';
       test->name += expect_name();
     }
-    MOE_CHECK(has_test(test->name), "line {}: no test named '{}'", line, test->name);
+    test->known = has_test(test->name);
     test->items.push_back(std::move(node));
     const Token& tok = at();
     const bool arg_follows =
@@ -709,8 +709,53 @@ class Parser {
   int nesting_ = 0;
 };
 
+// An unknown filter or test is an error as the template loads, except where jinja2 defers it to when it
+// runs: in the test and the branches of an if, and in a conditional expression ("soft" frames; the body
+// of a for, macro, call, filter or set block opens a frame that is not soft again).
+void check_names(const Expr* e, bool soft) {
+  if (!e) return;
+  const bool in_conditional = soft || e->kind == Expr::Kind::conditional;
+  if ((e->kind == Expr::Kind::filter || e->kind == Expr::Kind::test) && !e->known && !in_conditional)
+    MOE_FAIL("line {}: no {} named '{}'", e->line, e->kind == Expr::Kind::filter ? "filter" : "test", e->name);
+  for (const auto& item : e->items) check_names(item.get(), in_conditional);
+  for (const auto& [_, value] : e->keyword) check_names(value.get(), in_conditional);
+}
+
+void check_names(const Body& body, bool soft) {
+  for (const auto& s : body) {
+    check_names(s->expr.get(), soft);
+    for (const auto& e : s->exprs) check_names(e.get(), soft);
+    switch (s->kind) {
+      case Stmt::Kind::if_chain:
+        for (const auto& c : s->conditions) check_names(c.get(), true);
+        for (const auto& b : s->bodies) check_names(b, true);
+        check_names(s->else_body, true);
+        break;
+      case Stmt::Kind::scoped:
+        check_names(s->bodies[0], soft);
+        break;
+      case Stmt::Kind::for_loop:
+        check_names(s->condition.get(), false);
+        check_names(s->bodies[0], false);
+        check_names(s->else_body, false);
+        break;
+      case Stmt::Kind::macro:
+      case Stmt::Kind::call_block:
+        for (const auto& d : s->macro->defaults) check_names(d.get(), false);
+        check_names(s->macro->body, false);
+        break;
+      default:
+        for (const auto& b : s->bodies) check_names(b, false);
+    }
+  }
+}
+
 }  // namespace
 
-Body parse(const std::vector<Token>& tokens) { return Parser(tokens).run(); }
+Body parse(const std::vector<Token>& tokens) {
+  Body body = Parser(tokens).run();
+  check_names(body, false);
+  return body;
+}
 
 }  // namespace moe::chat

@@ -19,7 +19,8 @@ bool truthy(const Value& v) {
   switch (v.kind) {
     case Value::Kind::undefined: return false;
     case Value::Kind::ns:
-    case Value::Kind::callable: return true;
+    case Value::Kind::callable:
+    case Value::Kind::loop: return true;
     case Value::Kind::data: break;
   }
   const Json& j = v.data;
@@ -129,6 +130,8 @@ std::string to_text(const Value& v) {
     case Value::Kind::undefined: return "";
     case Value::Kind::ns: return "<Namespace " + repr(*v.attributes) + ">";
     case Value::Kind::callable: return "<function " + v.name + ">";
+    case Value::Kind::loop:
+      return fmt::format("<LoopContext {}/{}>", v.loop->index0 + 1, v.loop->items->size());
     case Value::Kind::data: break;
   }
   if (v.data.is_string()) return v.str();
@@ -140,6 +143,7 @@ std::string type_name(const Value& v) {
     case Value::Kind::undefined: return "undefined";
     case Value::Kind::ns: return "Namespace";
     case Value::Kind::callable: return "function";
+    case Value::Kind::loop: return "LoopContext";
     case Value::Kind::data: break;
   }
   const Json& j = v.data;
@@ -211,6 +215,7 @@ bool equal(const Value& a, const Value& b) {
   if (a.is_undefined() || b.is_undefined()) return a.is_undefined() && b.is_undefined();
   if (a.kind == Value::Kind::ns && b.kind == Value::Kind::ns) return a.attributes == b.attributes;
   if (a.kind == Value::Kind::callable && b.kind == Value::Kind::callable) return a.function == b.function;
+  if (a.kind == Value::Kind::loop && b.kind == Value::Kind::loop) return a.loop == b.loop;
   return false;
 }
 

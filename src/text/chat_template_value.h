@@ -28,12 +28,19 @@ struct CallArgs {
 
 using Function = std::function<Value(CallArgs&)>;
 
+// A for loop's `loop` object: its items and the current position; the attributes are computed on access.
+struct LoopState {
+  std::shared_ptr<const std::vector<Json>> items;
+  int64_t index0 = 0;
+};
+
 struct Value {
-  enum class Kind { undefined, data, ns, callable };
+  enum class Kind { undefined, data, ns, callable, loop };
   Kind kind = Kind::undefined;
   Json data{};                          // Kind::data
   std::shared_ptr<Json> attributes{};   // Kind::ns: a namespace() object, shared by every copy
   std::shared_ptr<const Function> function{};  // Kind::callable
+  std::shared_ptr<const LoopState> loop{};       // Kind::loop
   std::string name{};                   // Kind::undefined: what was looked up; Kind::callable: its name
 
   static Value undefined(std::string name) { return Value{.kind = Kind::undefined, .name = std::move(name)}; }

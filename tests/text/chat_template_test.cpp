@@ -128,6 +128,19 @@ TEST(ChatTemplateErrors, UnknownFilterNamesItAndTheLine) {
   EXPECT_NE(message.find("line 2"), std::string::npos) << message;
 }
 
+TEST(ChatTemplateErrors, UnknownFilterInAnIfFailsOnlyWhenItRuns) {
+  // As jinja2: a template may name a filter it lacks on a path it never takes (`x is filter` guards).
+  const ChatTemplate chat = ChatTemplate::from_string(
+      "{% if messages | length > 5 %}{{ x | nope }}{% else %}short{% endif %}{{ 'y' if true else z | nope2 }}");
+  EXPECT_EQ(chat.render(nlohmann::json::array(), true), "shorty");
+  const nlohmann::json six = nlohmann::json::array({1, 2, 3, 4, 5, 6});
+  EXPECT_NE(error_of([&] { chat.render(six, true); }).find("no filter named 'nope'"), std::string::npos);
+  // A for loop's body opens a frame that is checked when the template loads again.
+  EXPECT_NE(error_of([] { ChatTemplate::from_string("{% if true %}{% for m in messages %}{{ m | nope }}{% endfor %}{% endif %}"); })
+                .find("no filter named 'nope'"),
+            std::string::npos);
+}
+
 TEST(ChatTemplateErrors, UnknownTestAndTag) {
   EXPECT_NE(error_of([] { ChatTemplate::from_string("{{ x is nope }}"); }).find("no test named 'nope'"),
             std::string::npos);
@@ -189,6 +202,22 @@ TEST(ChatTemplateErrors, BadRenderArguments) {
 TEST(ChatTemplateErrors, RangeIsBoundedAsTheSandboxBoundsIt) {
   EXPECT_NE(error_of([] { ChatTemplate::from_string("{{ range(200000) | length }}").render(nlohmann::json::array(), true); })
                 .find("range() is too big"),
+            std::string::npos);
+}
+
+TEST(ChatTemplateErrors, RunawayTemplatesStop) {
+  const nlohmann::json none = nlohmann::json::array();
+  EXPECT_NE(error_of([&] {
+              ChatTemplate::from_string("{% for i in range(1001) %}{% for j in range(1000) %}{% endfor %}{% endfor %}")
+                  .render(none, true);
+            }).find("loop iterations"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { ChatTemplate::from_string("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").render(none, true); })
+                .find("recursed deeper"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              ChatTemplate::from_string("{% for i in range(20) %}{{ 'x' * 5000000 }}{% endfor %}").render(none, true);
+            }).find("output passed"),
             std::string::npos);
 }
 
