@@ -396,6 +396,14 @@ TEST(BuildInfo, VersionAndInfoNameTheBuild) {
   }
 }
 
+TEST(BuildInfo, InfoModelPrintsTheHostMemoryOfARun) {
+  TempDir dir;
+  const RunResult r = moe(dir.path(), {"info", "--model", (kModels / "mixtral").string()});
+  EXPECT_SUCCESS(r);
+  EXPECT_NE(r.out.find("host memory of a CPU run: about "), std::string::npos) << r.out;
+  expect_user_error(moe(dir.path(), {"info", "--model", (dir / "absent").string()}), "is not a directory");
+}
+
 // ---- consistency a user relies on ----------------------------------------------------------------------
 
 TEST(Consistency, TokenizeAndGenerateAddTheSameSpecialTokens) {
