@@ -17,8 +17,8 @@
 #include <numeric>
 #include <random>
 
-#include "moe/core/output_file.h"
 #include "moe/bench/bench.h"
+#include "moe/core/output_file.h"
 #include "moe/ep/dispatch_combine.h"
 #include "moe/layer/random_weights.h"
 

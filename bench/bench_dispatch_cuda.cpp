@@ -13,8 +13,8 @@
 #include <cmath>
 #include <fstream>
 
-#include "moe/core/output_file.h"
 #include "moe/bench/bench.h"
+#include "moe/core/output_file.h"
 #include "moe/cuda/device_buffer.h"
 #include "moe/ep/cuda_ep_exchange.h"
 #include "moe/layer/random_weights.h"

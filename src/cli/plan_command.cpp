@@ -42,6 +42,13 @@ void run_plan(const PlanArgs& a) {
                m.used() / kGiB, m.kv_room_bytes / kGiB, m.kv_tokens);
   fmt::print("KV cache: {} bytes per token (bf16, all layers); {:.0f} GiB per rank reserved\n",
              plan.kv_bytes_per_token, ep::kPlanReserveBytes / kGiB);
+  // One process holding every expert once (a CPU run): rank 0's bytes per expert slot times the experts,
+  // plus the weights every rank holds.
+  const ep::RankMemory& first = plan.ranks.front();
+  const int64_t per_expert = first.slots > 0 ? first.expert_bytes / first.slots : 0;
+  fmt::print("host memory of one CPU process running the whole model: about {:.2f} GiB for the {} weights, plus "
+             "the KV cache (bytes per token above)\n",
+             (per_expert * n_experts + first.other_bytes) / kGiB, a.dtype);
   if (!a.model.empty()) {
     // What a loaded checkpoint holds, beside the estimate (fp8 and int4 experts are what a GPU keeps; the CPU
     // dequantises them to bf16 at load, 2 bytes a weight).

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 namespace moe {
@@ -23,6 +25,11 @@ using json = nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr size_t kHeaderAlign = 8;
 constexpr const char* kSupportedDTypes = "F32 BF16 F16 F8_E4M3 I8 U8 I32 I64";
+
+// The live mappings [begin, end), so that release_mapped_pages touches file-backed memory only (on an
+// anonymous allocation MADV_DONTNEED would zero the data).
+std::mutex g_mappings_mutex;
+std::map<uintptr_t, uintptr_t> g_mappings;  // begin -> end
 
 // The whole file, read-only; the returned owner unmaps it.
 std::shared_ptr<const void> map_file(const std::filesystem::path& path, size_t& size) {
@@ -51,7 +58,17 @@ std::shared_ptr<const void> map_file(const std::filesystem::path& path, size_t& 
   ::close(fd);  // the mapping keeps the file open
   MOE_CHECK(base != MAP_FAILED, "cannot map safetensors file '{}' ({} bytes): {}", path.string(), size,
             std::strerror(error));
-  return std::shared_ptr<const void>(base, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
+  {
+    std::lock_guard lock(g_mappings_mutex);
+    g_mappings[reinterpret_cast<uintptr_t>(base)] = reinterpret_cast<uintptr_t>(base) + size;
+  }
+  return std::shared_ptr<const void>(base, [size](const void* p) {
+    {
+      std::lock_guard lock(g_mappings_mutex);
+      g_mappings.erase(reinterpret_cast<uintptr_t>(p));
+    }
+    ::munmap(const_cast<void*>(p), size);
+  });
 }
 
 uint64_t read_le64(const unsigned char* p) {
@@ -258,6 +275,21 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   }
   // NOTE: the mapping is PROT_READ; the const_cast only fits Tensor's pointer type, writes would fault.
   return Tensor::view(const_cast<char*>(data), e.dtype, e.shape, mapping_);
+}
+
+void release_mapped_pages(const Tensor& t) {
+  if (!t.defined() || t.device() != Device::cpu || !t.is_contiguous()) return;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data()), end = begin + t.nbytes();
+  {
+    std::lock_guard lock(g_mappings_mutex);
+    auto it = g_mappings.upper_bound(begin);
+    if (it == g_mappings.begin()) return;
+    --it;
+    if (end > it->second) return;  // not inside one mapping
+  }
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,

@@ -8,6 +8,7 @@
 
 #include "dot.h"
 #include "fast_kernels.h"
+#include "moe/core/safetensors.h"
 #include "moe/core/thread_pool.h"
 
 namespace moe::cpu {
@@ -134,7 +135,11 @@ std::vector<PackedExpertPtr> pack_experts(std::span<const SwigluWeights> experts
   std::vector<PackedExpertPtr> packed(n);
   ThreadPool::global().parallel_for(n, 1, [&](int64_t e0, int64_t e1) {
     for (int64_t e = e0; e < e1; ++e)
-      if (source[e] == e) packed[e] = pack_expert(experts[e], format);
+      if (source[e] == e) {
+        packed[e] = pack_expert(experts[e], format);
+        // NOTE: the packed copy is what runs; the checkpoint's pages of this expert need not stay resident.
+        for (const Tensor* t : {&experts[e].gate, &experts[e].up, &experts[e].down}) release_mapped_pages(*t);
+      }
   });
   for (int64_t e = 0; e < n; ++e) packed[e] = packed[source[e]];
   return packed;

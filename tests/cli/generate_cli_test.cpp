@@ -347,15 +347,15 @@ TEST(GenerateCli, BadInputIsOneErrorLineAndExitTwo) {
       {model + " --prompt-ids 1 --temperature 1 --top-k -1", "top_k must be >= 0"},
       {model + " --prompt-ids 1 --top-p 0.9", "add --temperature"},
       {model + " --prompt-ids 1 --seed 3", "add --temperature"},
-      {model + " --prompt-ids 1 --max-new-tokens -1", "--max-new-tokens must be >= 0"},
-      {model + " --prompt-ids 1 --max-batched-tokens 0", "--max-batched-tokens must be >= 1"},
+      {model + " --prompt-ids 1 --max-new-tokens -1", "--max-new-tokens: must be an integer in [0, 2^63), got -1"},
+      {model + " --prompt-ids 1 --max-batched-tokens 0", "--max-batched-tokens: must be an integer in [1, 2^63), got 0"},
       {model + " --prompt-ids 1 --backend tpu", "--backend"},
       {model + " --prompt-ids 1 --placement p.json", "--placement, --ep-transfer and --ep-combine need --ep"},
       {model + " --prompt-ids 1 --ep-combine f32", "--placement, --ep-transfer and --ep-combine need --ep"},
       {model + " --prompt-ids 1 --ep --ep-combine bf16", "sends its partial sums back as f32 only"},
       {model + " --prompt-ids 1 --ep --ep-combine fp8", "--ep-combine"},
-      {model + " --prompt-ids 1 --json " + (dir / "no" / "such" / "dir.json").string(), "cannot write the --json file"},
-      {model + " --prompt-ids 1 --trace-routing " + (dir / "no" / "t.jsonl").string(), "cannot write the trace file"},
+      {model + " --prompt-ids 1 --json " + (dir / "no" / "such" / "dir.json").string(), "does not exist (create it first)"},
+      {model + " --prompt-ids 1 --trace-routing " + (dir / "no" / "t.jsonl").string(), "--trace-routing '"},
   };
   for (const auto& [args, message] : cases) {
     const auto o = generate(dir, args);

@@ -396,6 +396,19 @@ TEST(BuildInfo, VersionAndInfoNameTheBuild) {
   }
 }
 
+TEST(BuildInfo, InfoModelPrintsTheHostMemoryOfARun) {
+  TempDir dir;
+  const RunResult r = moe(dir.path(), {"info", "--model", (kModels / "mixtral").string()});
+  EXPECT_SUCCESS(r);
+  EXPECT_NE(r.out.find("host memory of a CPU run: about "), std::string::npos) << r.out;
+  expect_user_error(moe(dir.path(), {"info", "--model", (dir / "absent").string()}), "is not a directory");
+  const RunResult plan = moe(dir.path(), {"plan", "--config", (kModels / "mixtral" / "config.json").string(), "--ranks",
+                                          "2", "--device-memory", "80GiB", "--max-batched-tokens", "16"});
+  EXPECT_SUCCESS(plan);
+  EXPECT_NE(plan.out.find("host memory of one CPU process running the whole model: about "), std::string::npos)
+      << plan.out;
+}
+
 // ---- consistency a user relies on ----------------------------------------------------------------------
 
 TEST(Consistency, TokenizeAndGenerateAddTheSameSpecialTokens) {

@@ -76,7 +76,7 @@ TEST(TokenizeCli, BadInputExitsWithTwo) {
   TempDir dir;
   const std::string model = " --model " + (kData / "qwen2").string();
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--model " + (dir / "missing").string() + " --text hi", "cannot open tokenizer file"},
+      {"--model " + (dir / "missing").string() + " --text hi", "tokenizer.json' does not exist"},
       {model + " --decode 1,x", "comma-separated token ids"},
       {model + " --decode 99999", "not in the vocabulary"},
       {model, "needs --text TEXT or --decode"},

@@ -50,6 +50,11 @@ class SafetensorsFile {
 // Writes tensors (any device-host dtype, any strides: written contiguous) with 8-byte aligned header
 // padding and the data in descending dtype size, then name order (every tensor aligned to its element
 // size), as the reference implementation does. Throws on duplicate names or I/O errors.
+// Drops this process's resident pages of `t` when it is a view of a mapped safetensors file (whole pages
+// inside it only; a later read faults them in from the file again): a caller that has copied the weights
+// elsewhere (the fast CPU experts' repacked copy) does not keep both resident. Other memory is left alone.
+void release_mapped_pages(const Tensor& t);
+
 void write_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
