@@ -63,7 +63,8 @@ void run_model_bench_cuda(const ModelBenchArgs& a) {
   const model::ModelConfig config = model::load_model_config(a.model);
   const auto load_start = Clock::now();
   model::ModelOptions options;
-  options.max_batched_tokens = std::max<int64_t>(4096, *std::max_element(a.batches.begin(), a.batches.end()) * a.prompt_tokens);
+  options.max_batched_tokens =
+      std::max<int64_t>(4096, *std::max_element(a.batches.begin(), a.batches.end()) * a.prompt_tokens);
   const auto lm = engine::load_cuda_causal_lm(a.model, options);
   fmt::print("loaded {} ({}, {} layers) on the GPU in {:.1f} s\n", a.model.string(), config.model_type,
              config.num_layers, seconds_since(load_start));
@@ -86,8 +87,8 @@ void run_model_bench_cuda(const ModelBenchArgs& a) {
   const double mean_length = double(a.prompt_tokens) + double(a.decode_tokens) / 2;
   const double copy_tbps = device_copy_tbps();
   fmt::print("device copy bandwidth {:.2f} TB/s (read + write)\n", copy_tbps);
-  fmt::print("{:>6} {:>14} {:>14} {:>12} {:>16} {:>10}\n", "batch", "prefill tok/s", "decode tok/s", "ms/step",
-             "roofline tok/s", "of roofline");
+  fmt::print("{:>6} {:>14} {:>14} {:>12} {:>16} {:>10}\n", "batch", "prefill tok/s", "decode tok/s",
+             "ms/step", "roofline tok/s", "of roofline");
   std::mt19937 rng(1);
   for (const int64_t B : a.batches) {
     run_once(*lm, B, a.prompt_tokens, 2, rng);  // warm-up: cuBLASLt plans, the memory pool
@@ -99,13 +100,15 @@ void run_model_bench_cuda(const ModelBenchArgs& a) {
     }
     std::sort(prefill.begin(), prefill.end());
     std::sort(decode.begin(), decode.end());
-    const double prefill_s = prefill[prefill.size() / 2], step_s = decode[decode.size() / 2] / double(a.decode_tokens);
+    const double prefill_s = prefill[prefill.size() / 2],
+                 step_s = decode[decode.size() / 2] / double(a.decode_tokens);
     const double touched = E * (1.0 - std::pow(1.0 - k / E, double(B)));
     const double step_bytes = dense_bytes + router_bytes + moe_layers * touched * expert_bytes +
                               double(config.num_layers) * double(B) * mean_length * kv_floats * 4.0;
     const double roofline = double(B) / (step_bytes / (copy_tbps * 1e12));
-    fmt::print("{:>6} {:>14.0f} {:>14.1f} {:>12.3f} {:>16.0f} {:>9.1f}%\n", B, double(B * a.prompt_tokens) / prefill_s,
-               double(B) / step_s, step_s * 1e3, roofline, 100.0 * double(B) / step_s / roofline);
+    fmt::print("{:>6} {:>14.0f} {:>14.1f} {:>12.3f} {:>16.0f} {:>9.1f}%\n", B,
+               double(B * a.prompt_tokens) / prefill_s, double(B) / step_s, step_s * 1e3, roofline,
+               100.0 * double(B) / step_s / roofline);
   }
 }
 

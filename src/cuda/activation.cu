@@ -10,18 +10,23 @@ namespace {
 
 __global__ void silu_mul_kernel(const bf16* __restrict__ gate, const bf16* __restrict__ up, int64_t n,
                                 bf16* __restrict__ out) {
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const float g = __bfloat162float(gate[i]);
     out[i] = __float2bfloat16(g / (1.0f + __expf(-g)) * __bfloat162float(up[i]));
   }
 }
 
-__global__ void add_bias_kernel(bf16* __restrict__ y, int64_t n, int64_t cols, const float* __restrict__ bias) {
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+__global__ void add_bias_kernel(bf16* __restrict__ y, int64_t n, int64_t cols,
+                                const float* __restrict__ bias) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
     y[i] = __float2bfloat16(__bfloat162float(y[i]) + bias[i % cols]);
 }
 
-unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 8192)); }
+unsigned grid_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 8192));
+}
 
 }  // namespace
 

@@ -1,8 +1,8 @@
 // Paged attention over the fp32 KV pools: the cache write of a batch's new rows, and causal attention of
 // each query row against its sequence's blocks. A block a (row, query head); its warps take every
-// kAttentionWarps-th key, each with an fp32 online softmax (running max, sum and weighted values over its lanes'
-// value columns), merged at the end. Simple and exact enough to be the reference the faster kernels are
-// measured against; decode reads each key once per query head of its group.
+// kAttentionWarps-th key, each with an fp32 online softmax (running max, sum and weighted values over its
+// lanes' value columns), merged at the end. Simple and exact enough to be the reference the faster kernels
+// are measured against; decode reads each key once per query head of its group.
 #include <string>
 
 #include "moe/cuda/check.h"
@@ -21,7 +21,8 @@ __global__ void append_kv_kernel(const bf16* __restrict__ rows, int64_t width, i
                                  const int32_t* __restrict__ slot, float* __restrict__ pool) {
   const int64_t row = blockIdx.x;
   float* dst = pool + int64_t{slot[row]} * width;
-  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[c] = __bfloat162float(rows[row * row_stride + c]);
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
+    dst[c] = __bfloat162float(rows[row * row_stride + c]);
 }
 
 // VALUES_PER_LANE: the value columns each lane accumulates (dv <= 32 · VALUES_PER_LANE).
@@ -85,8 +86,8 @@ __global__ void __launch_bounds__(32 * kAttentionWarps) paged_attention_kernel(P
 
 }  // namespace
 
-void append_kv(const bf16* rows, int64_t n, int64_t width, int64_t row_stride, const int32_t* slot, float* pool,
-               cudaStream_t stream) {
+void append_kv(const bf16* rows, int64_t n, int64_t width, int64_t row_stride, const int32_t* slot,
+               float* pool, cudaStream_t stream) {
   if (n == 0) return;
   append_kv_kernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(rows, width, row_stride, slot, pool);
   MOE_CUDA_CHECK_LAUNCH();
@@ -94,16 +95,19 @@ void append_kv(const bf16* rows, int64_t n, int64_t width, int64_t row_stride, c
 
 void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream) {
   MOE_CUDA_REQUIRE(args.dk >= 1 && args.dk <= kMaxDk && args.dv >= 1 && args.dv <= kMaxDv,
-                   "paged_attention: head sizes dk " + std::to_string(args.dk) + ", dv " + std::to_string(args.dv) +
-                       " outside the kernel's limits (dk <= 1024, dv <= 512)");
+                   "paged_attention: head sizes dk " + std::to_string(args.dk) + ", dv " +
+                       std::to_string(args.dv) + " outside the kernel's limits (dk <= 1024, dv <= 512)");
   MOE_CUDA_REQUIRE(args.kv_heads >= 1 && args.heads % args.kv_heads == 0,
                    "paged_attention: " + std::to_string(args.heads) + " query heads are not a multiple of " +
                        std::to_string(args.kv_heads) + " KV heads");
   if (args.rows * args.heads == 0) return;
   const auto blocks = static_cast<unsigned>(args.rows * args.heads);
-  if (args.dv <= 128) paged_attention_kernel<4><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
-  else if (args.dv <= 256) paged_attention_kernel<8><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
-  else paged_attention_kernel<16><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
+  if (args.dv <= 128)
+    paged_attention_kernel<4><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
+  else if (args.dv <= 256)
+    paged_attention_kernel<8><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
+  else
+    paged_attention_kernel<16><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
   MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -9,7 +9,8 @@ namespace moe::cuda {
 namespace {
 
 __global__ void clamp_kernel(bf16* __restrict__ x, int64_t n, float clip) {
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
     x[i] = __float2bfloat16(fminf(fmaxf(__bfloat162float(x[i]), -clip), clip));
 }
 

@@ -13,7 +13,8 @@ Tensor device_empty(DType dtype, std::vector<int64_t> shape, cudaStream_t stream
   void* data = nullptr;
   // NOTE: a zero-byte tensor still gets a distinct pointer, so that Tensor::defined() holds for it.
   MOE_CUDA_CHECK(cudaMallocAsync(&data, bytes > 0 ? bytes : 16, stream));
-  std::shared_ptr<const void> owner(data, [stream](const void* p) { cudaFreeAsync(const_cast<void*>(p), stream); });
+  std::shared_ptr<const void> owner(data,
+                                    [stream](const void* p) { cudaFreeAsync(const_cast<void*>(p), stream); });
   return Tensor::view(data, dtype, std::move(shape), std::move(owner), Device::cuda);
 }
 
@@ -27,16 +28,9 @@ Tensor to_device(const Tensor& x, DType dtype, cudaStream_t stream) {
   return out;
 }
 
-Tensor to_host(const Tensor& x, cudaStream_t stream) {
-  MOE_CUDA_REQUIRE(x.device() == Device::cuda && x.is_contiguous(), "to_host: needs a contiguous device tensor");
-  Tensor out = Tensor::empty(x.dtype(), x.shape());
-  MOE_CUDA_CHECK(cudaMemcpyAsync(out.data(), x.data(), x.nbytes(), cudaMemcpyDeviceToHost, stream));
-  MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return out;
-}
-
 Tensor HostStaging::to_host(const Tensor& x, cudaStream_t stream) {
-  MOE_CUDA_REQUIRE(x.device() == Device::cuda && x.is_contiguous(), "to_host: needs a contiguous device tensor");
+  MOE_CUDA_REQUIRE(x.device() == Device::cuda && x.is_contiguous(),
+                   "to_host: needs a contiguous device tensor");
   // NOTE: a few buffers cover a caller that keeps the last step's logits while it asks for the next; a free
   // one too small is replaced, and past them a buffer is made for the one copy.
   constexpr size_t kMaxBuffers = 4;

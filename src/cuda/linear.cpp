@@ -42,16 +42,19 @@ struct DenseGemm::Impl {
     Plan p;
     check_lt(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
     const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
-    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)), "transa");
-    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)), "transb");
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
+             "transa");
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)),
+             "transb");
     check_lt(cublasLtMatrixLayoutCreate(&p.w, CUDA_R_16BF, in, out, in), "weight layout");
     check_lt(cublasLtMatrixLayoutCreate(&p.x, CUDA_R_16BF, in, rows, in), "input layout");
-    check_lt(cublasLtMatrixLayoutCreate(&p.y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, out, rows, out), "output layout");
+    check_lt(cublasLtMatrixLayoutCreate(&p.y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, out, rows, out),
+             "output layout");
     cublasLtMatmulPreference_t preference = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&preference), "preference");
     size_t bytes = kWorkspaceBytes;
-    check_lt(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
-                                                  sizeof(bytes)),
+    check_lt(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &bytes, sizeof(bytes)),
              "workspace preference");
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
@@ -60,8 +63,8 @@ struct DenseGemm::Impl {
     cublasLtMatmulPreferenceDestroy(preference);
     check_lt(status, "heuristic");
     MOE_CUDA_REQUIRE(found > 0, "cuBLASLt has no algorithm for a [" + std::to_string(rows) + ", " +
-                                    std::to_string(in) + "] x [" + std::to_string(out) + ", " + std::to_string(in) +
-                                    "]^T bf16 GEMM");
+                                    std::to_string(in) + "] x [" + std::to_string(out) + ", " +
+                                    std::to_string(in) + "]^T bf16 GEMM");
     p.algo = result.algo;
     return plans.emplace(key, p).first->second;
   }
@@ -77,7 +80,9 @@ struct DenseGemm::Impl {
   }
 };
 
-DenseGemm::DenseGemm() : impl_(std::make_unique<Impl>()) { check_lt(cublasLtCreate(&impl_->handle), "handle"); }
+DenseGemm::DenseGemm() : impl_(std::make_unique<Impl>()) {
+  check_lt(cublasLtCreate(&impl_->handle), "handle");
+}
 
 DenseGemm::~DenseGemm() = default;
 

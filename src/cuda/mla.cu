@@ -13,8 +13,8 @@ namespace {
 constexpr int kMlaThreads = 256;
 
 // Item (t, h, c): c < rank: Σ_n q[t, h, n] kv_b[h (nope + v) + n, c]; else q's rotary column c - rank.
-__global__ void mla_absorb_kernel(const bf16* __restrict__ q, const bf16* __restrict__ kv_b, MlaDims d, int64_t T,
-                                  bf16* __restrict__ out) {
+__global__ void mla_absorb_kernel(const bf16* __restrict__ q, const bf16* __restrict__ kv_b, MlaDims d,
+                                  int64_t T, bf16* __restrict__ out) {
   const int64_t dk = d.rank + d.rope, items = T * d.heads * dk;
   const int64_t item = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;

@@ -52,7 +52,8 @@ __global__ void rms_norm_kernel(bf16* __restrict__ x, int64_t n_groups, int64_t 
   }
   for (int o = 16; o > 0; o >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o);
   const float inv = rsqrtf(squares / static_cast<float>(width) + eps);
-  for (int64_t c = lane; c < width; c += 32) p[c] = __float2bfloat16(__bfloat162float(p[c]) * inv * weight[c]);
+  for (int64_t c = lane; c < width; c += 32)
+    p[c] = __float2bfloat16(__bfloat162float(p[c]) * inv * weight[c]);
 }
 
 }  // namespace
@@ -60,8 +61,8 @@ __global__ void rms_norm_kernel(bf16* __restrict__ x, int64_t n_groups, int64_t 
 void add_rms_norm(float* residual, const bf16* delta_bf16, const float* delta_f32, const float* weight,
                   int64_t rows, int64_t hidden, float eps, bf16* out, cudaStream_t stream) {
   if (rows == 0) return;
-  add_rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(residual, delta_bf16, delta_f32,
-                                                                                weight, hidden, eps, out);
+  add_rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
+      residual, delta_bf16, delta_f32, weight, hidden, eps, out);
   MOE_CUDA_CHECK_LAUNCH();
 }
 

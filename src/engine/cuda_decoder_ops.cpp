@@ -5,10 +5,11 @@
 // frequencies) go up when their contents change, into a fresh device buffer, so that a kernel still reading
 // the last one is undisturbed.
 // NOTE: here and not in model/ or cuda/: model/ may not see cuda/, and cuda/ holds ops only.
+#include "cuda_decoder_ops.h"
+
 #include <utility>
 #include <vector>
 
-#include "cuda_decoder_ops.h"
 #include "moe/cuda/check.h"
 #include "moe/cuda/decoder_kernels.h"
 #include "moe/cuda/device_tensor.h"
@@ -27,15 +28,17 @@ using model::BatchLayout;
 using model::MlaShape;
 using model::ModelKvCache;
 
-bf16* bf16_data(const Tensor& t) { return static_cast<bf16*>(t.data()); }
+bf16* bf16_data(const Tensor& t) {
+  return static_cast<bf16*>(t.data());
+}
 
 // A device tensor for the ops: on the device, of `dtype`, contiguous rows (a strided row view allowed where
 // `strided_rows`).
 void require_device(const Tensor& t, DType dtype, const char* op, bool strided_rows = false) {
   MOE_CHECK(t.defined() && t.device() == Device::cuda && t.dtype() == dtype && t.dim() == 2 &&
                 (strided_rows ? t.strides()[1] == 1 : t.is_contiguous()),
-            "{}: expects a {} 2-D device tensor, got {} {} on the {}", op, dtype_name(dtype), dtype_name(t.dtype()),
-            t.shape_string(), t.device() == Device::cuda ? "device" : "host");
+            "{}: expects a {} 2-D device tensor, got {} {} on the {}", op, dtype_name(dtype),
+            dtype_name(t.dtype()), t.shape_string(), t.device() == Device::cuda ? "device" : "host");
 }
 
 // The last contents uploaded to one device table, re-sent only when they change.
@@ -47,8 +50,8 @@ class DeviceTable {
       host_ = std::move(values);
       device_ = cuda::device_empty(kDType, {static_cast<int64_t>(host_.size())}, stream);
       // NOTE: from pageable memory the copy returns once the data is staged, so host_ may change after.
-      MOE_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.data(), host_.size() * sizeof(T), cudaMemcpyHostToDevice,
-                                     stream));
+      MOE_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.data(), host_.size() * sizeof(T),
+                                     cudaMemcpyHostToDevice, stream));
     }
     return static_cast<const T*>(device_.data());
   }
@@ -63,8 +66,8 @@ class CudaDecoderOps final : public model::DecoderOps {
   Tensor embedding(const Tensor& table, std::span<const int32_t> ids) override {
     const int64_t V = table.size(0), H = table.size(1);
     for (size_t i = 0; i < ids.size(); ++i)
-      MOE_CHECK(ids[i] >= 0 && ids[i] < V, "token id {} (position {} of the batch) is outside the vocabulary [0, {})",
-                ids[i], i, V);
+      MOE_CHECK(ids[i] >= 0 && ids[i] < V,
+                "token id {} (position {} of the batch) is outside the vocabulary [0, {})", ids[i], i, V);
     const Tensor& w = weight(table, DType::BF16);
     const int32_t* d_ids = ids_.upload({ids.begin(), ids.end()}, stream_);
     Tensor out = cuda::device_empty(DType::F32, {static_cast<int64_t>(ids.size()), H}, stream_);  // [n, H]
@@ -79,14 +82,17 @@ class CudaDecoderOps final : public model::DecoderOps {
     const float* delta_f32 = nullptr;
     if (delta.defined()) {
       require_device(delta, delta.dtype() == DType::F32 ? DType::F32 : DType::BF16, "add_rms_norm");
-      MOE_CHECK(delta.shape() == residual.shape(), "add_rms_norm: delta {} is not residual's {}", delta.shape_string(),
-                residual.shape_string());
-      if (delta.dtype() == DType::F32) delta_f32 = delta.data_as<float>();
-      else delta_bf16 = bf16_data(delta);
+      MOE_CHECK(delta.shape() == residual.shape(), "add_rms_norm: delta {} is not residual's {}",
+                delta.shape_string(), residual.shape_string());
+      if (delta.dtype() == DType::F32)
+        delta_f32 = delta.data_as<float>();
+      else
+        delta_bf16 = bf16_data(delta);
     }
     Tensor out = cuda::device_empty(DType::BF16, {T, H}, stream_);  // [T, H]
-    cuda::add_rms_norm(residual.data_as<float>(), delta_bf16, delta_f32, weight(norm, DType::F32).data_as<float>(), T,
-                       H, static_cast<float>(eps), bf16_data(out), stream_);
+    cuda::add_rms_norm(residual.data_as<float>(), delta_bf16, delta_f32,
+                       weight(norm, DType::F32).data_as<float>(), T, H, static_cast<float>(eps),
+                       bf16_data(out), stream_);
     return out;
   }
 
@@ -100,7 +106,8 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   void rms_norm_prefix(Tensor& x, const Tensor& norm, double eps, int64_t width) override {
     require_device(x, DType::BF16, "rms_norm_prefix");
-    MOE_CHECK(width > 0 && width <= x.size(1), "rms_norm_prefix: width {} exceeds rows {}", width, x.shape_string());
+    MOE_CHECK(width > 0 && width <= x.size(1), "rms_norm_prefix: width {} exceeds rows {}", width,
+              x.shape_string());
     cuda::rms_norm(bf16_data(x), x.size(0), x.size(1), 1, width, weight(norm, DType::F32).data_as<float>(),
                    static_cast<float>(eps), stream_);
   }
@@ -129,9 +136,15 @@ class CudaDecoderOps final : public model::DecoderOps {
     const auto pairing = table.pairing == cpu::RopePairing::halves  ? cuda::RopePairing::halves
                          : table.pairing == cpu::RopePairing::pairs ? cuda::RopePairing::pairs
                                                                     : cuda::RopePairing::pairs_to_halves;
-    cuda::rope({.x = bf16_data(x), .rows = x.size(0), .heads = heads, .head_stride = x.size(1) / heads,
-                .offset = offset, .inv_freq = inv_freq_.upload({table.inv_freq.begin(), table.inv_freq.end()}, stream_), .half = half,
-                .attention_factor = table.attention_factor, .pairing = pairing,
+    cuda::rope({.x = bf16_data(x),
+                .rows = x.size(0),
+                .heads = heads,
+                .head_stride = x.size(1) / heads,
+                .offset = offset,
+                .inv_freq = inv_freq_.upload({table.inv_freq.begin(), table.inv_freq.end()}, stream_),
+                .half = half,
+                .attention_factor = table.attention_factor,
+                .pairing = pairing,
                 .positions = positions_.upload({positions.begin(), positions.end()}, stream_)},
                stream_);
   }
@@ -149,7 +162,8 @@ class CudaDecoderOps final : public model::DecoderOps {
     for (const BatchLayout::Span& span : batch.spans) {
       const std::vector<int32_t>& table = cache.block_table(span.seq);
       for (int64_t p = span.start; p < span.start + span.count; ++p)
-        slots.push_back(static_cast<int32_t>(table.at(p / s.block_tokens) * s.block_tokens + p % s.block_tokens));
+        slots.push_back(
+            static_cast<int32_t>(table.at(p / s.block_tokens) * s.block_tokens + p % s.block_tokens));
     }
     const int32_t* d_slots = slots_.upload(std::move(slots), stream_);
     cuda::append_kv(bf16_data(keys), batch.total, s.key_row, keys.strides()[0], d_slots,
@@ -180,11 +194,19 @@ class CudaDecoderOps final : public model::DecoderOps {
     tables.insert(tables.end(), row_visible.begin(), row_visible.end());
     const int32_t* meta = attention_tables_.upload(std::move(tables), stream_);
     Tensor out = cuda::device_empty(DType::BF16, {T, shape.heads * shape.dv}, stream_);  // [T, heads * dv]
-    cuda::paged_attention({.q = bf16_data(q), .keys = cache.pool().keys(layer, 0),
-                           .values = cache.pool().values(layer, 0), .block_tables = meta,
-                           .row_table = meta + n_tables, .row_visible = meta + n_tables + T, .rows = T,
-                           .heads = shape.heads, .kv_heads = shape.kv_heads, .dk = shape.dk, .dv = shape.dv,
-                           .block_tokens = cache.block_tokens(), .scale = static_cast<float>(shape.scale),
+    cuda::paged_attention({.q = bf16_data(q),
+                           .keys = cache.pool().keys(layer, 0),
+                           .values = cache.pool().values(layer, 0),
+                           .block_tables = meta,
+                           .row_table = meta + n_tables,
+                           .row_visible = meta + n_tables + T,
+                           .rows = T,
+                           .heads = shape.heads,
+                           .kv_heads = shape.kv_heads,
+                           .dk = shape.dk,
+                           .dv = shape.dv,
+                           .block_tokens = cache.block_tokens(),
+                           .scale = static_cast<float>(shape.scale),
                            .out = bf16_data(out)},
                           stream_);
     return out;
@@ -193,19 +215,21 @@ class CudaDecoderOps final : public model::DecoderOps {
   Tensor mla_absorb_queries(const Tensor& q, const Tensor& kv_b, const MlaShape& shape) override {
     require_device(q, DType::BF16, "mla_absorb_queries");
     const int64_t T = q.size(0);
-    MOE_CHECK(q.size(1) == shape.heads * (shape.nope + shape.rope), "mla_absorb_queries: q {} is not [T, {} x {}]",
-              q.shape_string(), shape.heads, shape.nope + shape.rope);
+    MOE_CHECK(q.size(1) == shape.heads * (shape.nope + shape.rope),
+              "mla_absorb_queries: q {} is not [T, {} x {}]", q.shape_string(), shape.heads,
+              shape.nope + shape.rope);
     Tensor out = cuda::device_empty(DType::BF16, {T, shape.heads * (shape.rank + shape.rope)}, stream_);
-    cuda::mla_absorb_queries(bf16_data(q), bf16_data(weight(kv_b, DType::BF16)), dims(shape), T, bf16_data(out),
-                             stream_);
+    cuda::mla_absorb_queries(bf16_data(q), bf16_data(weight(kv_b, DType::BF16)), dims(shape), T,
+                             bf16_data(out), stream_);
     return out;  // [T, heads, rank + rope]
   }
 
   Tensor mla_expand_context(const Tensor& context, const Tensor& kv_b, const MlaShape& shape) override {
     require_device(context, DType::BF16, "mla_expand_context");
     const int64_t T = context.size(0);
-    MOE_CHECK(context.size(1) == shape.heads * shape.rank, "mla_expand_context: context {} is not [T, {} x {}]",
-              context.shape_string(), shape.heads, shape.rank);
+    MOE_CHECK(context.size(1) == shape.heads * shape.rank,
+              "mla_expand_context: context {} is not [T, {} x {}]", context.shape_string(), shape.heads,
+              shape.rank);
     Tensor out = cuda::device_empty(DType::BF16, {T, shape.heads * shape.v}, stream_);
     cuda::mla_expand_context(bf16_data(context), bf16_data(weight(kv_b, DType::BF16)), dims(shape), T,
                              bf16_data(out), stream_);
@@ -213,7 +237,8 @@ class CudaDecoderOps final : public model::DecoderOps {
   }
 
   Tensor swiglu_mlp(const Tensor& x, const SwigluWeights& w) override {
-    const Tensor gate = gemm(x, w.gate, DType::BF16, "swiglu_mlp"), up = gemm(x, w.up, DType::BF16, "swiglu_mlp");
+    const Tensor gate = gemm(x, w.gate, DType::BF16, "swiglu_mlp"),
+                 up = gemm(x, w.up, DType::BF16, "swiglu_mlp");
     Tensor act = cuda::device_empty(DType::BF16, gate.shape(), stream_);  // [T, I]
     cuda::silu_mul(bf16_data(gate), bf16_data(up), gate.numel(), bf16_data(act), stream_);
     return gemm(act, w.down, DType::BF16, "swiglu_mlp");  // [T, H]
@@ -227,8 +252,8 @@ class CudaDecoderOps final : public model::DecoderOps {
       index.push_back(static_cast<int32_t>(r));
     }
     Tensor out = cuda::device_empty(DType::BF16, {static_cast<int64_t>(rows.size()), x.size(1)}, stream_);
-    cuda::gather_rows(bf16_data(x), rows_.upload(std::move(index), stream_), out.size(0), x.size(1), bf16_data(out),
-                      stream_);
+    cuda::gather_rows(bf16_data(x), rows_.upload(std::move(index), stream_), out.size(0), x.size(1),
+                      bf16_data(out), stream_);
     return out;  // [n, H]
   }
 
@@ -242,7 +267,9 @@ class CudaDecoderOps final : public model::DecoderOps {
     return cuda::device_empty(DType::F32, std::move(shape), stream_);
   }
 
-  Tensor to_host(const Tensor& x) override { return x.device() == Device::cuda ? staging_.to_host(x, stream_) : x; }
+  Tensor to_host(const Tensor& x) override {
+    return x.device() == Device::cuda ? staging_.to_host(x, stream_) : x;
+  }
 
  private:
   using KvBlockShape = model::KvBlockPool::Shape;
@@ -253,17 +280,19 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   // A weight of load_weight's: on the device, in `dtype`.
   static const Tensor& weight(const Tensor& w, DType dtype) {
-    MOE_CHECK(w.defined() && w.device() == Device::cuda && w.dtype() == dtype && w.is_contiguous(),
-              "a weight of the GPU's ops must come from their load_weight ({} on the device), got {} {} on the {}",
-              dtype_name(dtype), dtype_name(w.dtype()), w.shape_string(), w.device() == Device::cuda ? "device" : "host");
+    MOE_CHECK(
+        w.defined() && w.device() == Device::cuda && w.dtype() == dtype && w.is_contiguous(),
+        "a weight of the GPU's ops must come from their load_weight ({} on the device), got {} {} on the {}",
+        dtype_name(dtype), dtype_name(w.dtype()), w.shape_string(),
+        w.device() == Device::cuda ? "device" : "host");
     return w;
   }
 
   // x [T, in] bf16 on the device · w [out, in]ᵀ (load_weight's) -> [T, out] of out_dtype.
   Tensor gemm(const Tensor& x, const Tensor& w, DType out_dtype, const char* op) {
     require_device(x, DType::BF16, op);
-    MOE_CHECK(w.dim() == 2 && w.size(1) == x.size(1), "{}: x {} does not match weight {}", op, x.shape_string(),
-              w.shape_string());
+    MOE_CHECK(w.dim() == 2 && w.size(1) == x.size(1), "{}: x {} does not match weight {}", op,
+              x.shape_string(), w.shape_string());
     Tensor y = cuda::device_empty(out_dtype, {x.size(0), w.size(0)}, stream_);
     gemm_.linear(bf16_data(x), x.size(0), x.size(1), bf16_data(weight(w, DType::BF16)), w.size(0), y.data(),
                  out_dtype == DType::F32, stream_);
@@ -280,12 +309,16 @@ class CudaDecoderOps final : public model::DecoderOps {
 
 }  // namespace
 
-std::unique_ptr<model::DecoderOps> make_cuda_decoder_ops() { return std::make_unique<CudaDecoderOps>(); }
+std::unique_ptr<model::DecoderOps> make_cuda_decoder_ops() {
+  return std::make_unique<CudaDecoderOps>();
+}
 
-std::unique_ptr<model::CausalLM> load_cuda_causal_lm(const std::filesystem::path& dir, model::ModelOptions options) {
+std::unique_ptr<model::CausalLM> load_cuda_causal_lm(const std::filesystem::path& dir,
+                                                     model::ModelOptions options) {
   MOE_CHECK(cuda_device_available(), "backend cuda: no GPU is visible (use the cpu backend)");
-  MOE_CHECK(!options.moe_block, "the decoder on the GPU runs its own MoE blocks: it takes no moe_block function "
-                                "(expert parallelism runs the decoder on the host)");
+  MOE_CHECK(!options.moe_block,
+            "the decoder on the GPU runs its own MoE blocks: it takes no moe_block function "
+            "(expert parallelism runs the decoder on the host)");
   options.backend = model::ModelBackend::cuda;
   return model::load_causal_lm(dir, options, make_cuda_decoder_ops());
 }

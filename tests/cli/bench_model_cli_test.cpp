@@ -57,5 +57,13 @@ TEST(BenchModelCli, MissingModelIsAClearError) {
   EXPECT_NE(r.err.find("nothing' does not exist"), std::string::npos) << r.err;
 }
 
+// Batch sizes are the GPU's model bench's: the CPU's refuses them rather than timing one sequence.
+TEST(BenchModelCli, BatchSizesOnTheCpuAreAClearError) {
+  TempDir dir;
+  const RunResult r = run_bench(dir, std::string("--model ") + MOE_TEST_DATA + "/models/qwen3_moe --batch 4");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--batch is the GPU's"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace moe::test

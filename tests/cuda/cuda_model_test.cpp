@@ -10,6 +10,8 @@
 //     the first difference, margins or not, are printed;
 //   - a batch of every prompt: each row within 1e-2 of that prompt alone (other GEMM shapes, same math);
 //   - a sequence whose KV blocks are out of order: the same logits (1e-6) as one whose blocks are in order.
+#include "moe/engine/cuda_model.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,7 +23,6 @@
 #include "kv_cache.h"
 #include "model_fixture.h"
 #include "moe/cuda/device_info.h"
-#include "moe/engine/cuda_model.h"
 
 namespace moe::test {
 namespace {
@@ -111,12 +112,13 @@ TEST_P(GpuDecoder, PrefillLogitsAndGreedyMatchTheCpu) {
     }
   }
   EXPECT_LE(skipped, std::max<int64_t>(2, (rows + skipped) / 10)) << "rows with rerouted tokens";
-  std::printf("[ %s gpu decoder ] worst normwise logits error %.2e over %lld rows, %.2e over %lld rows after a "
-              "rerouted token (%lld rerouted skipped); greedy: %lld of %lld steps checked within the margins, %lld "
-              "equal to transformers before the first difference\n",
-              GetParam().c_str(), worst, static_cast<long long>(rows), worst_after, static_cast<long long>(rows_after),
-              static_cast<long long>(skipped), static_cast<long long>(steps), static_cast<long long>(possible),
-              static_cast<long long>(equal));
+  std::printf(
+      "[ %s gpu decoder ] worst normwise logits error %.2e over %lld rows, %.2e over %lld rows after a "
+      "rerouted token (%lld rerouted skipped); greedy: %lld of %lld steps checked within the margins, %lld "
+      "equal to transformers before the first difference\n",
+      GetParam().c_str(), worst, static_cast<long long>(rows), worst_after,
+      static_cast<long long>(rows_after), static_cast<long long>(skipped), static_cast<long long>(steps),
+      static_cast<long long>(possible), static_cast<long long>(equal));
 }
 
 TEST_P(GpuDecoder, BatchEqualsEachAloneAndPagedEqualsContiguous) {
@@ -133,7 +135,8 @@ TEST_P(GpuDecoder, BatchEqualsEachAloneAndPagedEqualsContiguous) {
     auto alone_cache = gpu->new_cache(1, 64);
     const std::vector<std::vector<int32_t>> one = {prompts[s]};
     const Tensor alone = gpu->forward(one, *alone_cache, true);
-    EXPECT_LE(row_rel_error(batched.data_as<float>() + s * V, alone.data_as<float>(), V), 1e-2) << "prompt " << s;
+    EXPECT_LE(row_rel_error(batched.data_as<float>() + s * V, alone.data_as<float>(), V), 1e-2)
+        << "prompt " << s;
   }
 
   // 40 tokens (three blocks): in a fresh cache their blocks are 0, 1, 2; after another sequence's three
@@ -150,7 +153,8 @@ TEST_P(GpuDecoder, BatchEqualsEachAloneAndPagedEqualsContiguous) {
   EXPECT_EQ(paged_cache.block_table(0), (std::vector<int32_t>{2, 1, 0}));
   ASSERT_EQ(got.shape(), want.shape());
   for (int64_t r = 0; r < got.size(0); ++r)
-    EXPECT_LE(row_rel_error(got.data_as<float>() + r * V, want.data_as<float>() + r * V, V), 1e-6) << "row " << r;
+    EXPECT_LE(row_rel_error(got.data_as<float>() + r * V, want.data_as<float>() + r * V, V), 1e-6)
+        << "row " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GpuDecoder, ::testing::ValuesIn(fixture_families()),

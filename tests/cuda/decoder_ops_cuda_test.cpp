@@ -10,9 +10,9 @@
 
 #include "cuda_decoder_ops.h"
 #include "kv_cache.h"
-#include "rope.h"
 #include "moe/cuda/device_info.h"
 #include "moe/cuda/device_tensor.h"
+#include "rope.h"
 
 namespace moe::test {
 namespace {
@@ -52,7 +52,8 @@ class CudaOps : public ::testing::Test {
   Tensor down(const Tensor& x) { return gpu_->to_host(x).to_f32(); }
 
   // ||got - want|| / ||want|| within the bf16 bound, the seed printed on failure.
-  void expect_close(const Tensor& got_device, const Tensor& want, const char* what, double bound = kBf16Tolerance) {
+  void expect_close(const Tensor& got_device, const Tensor& want, const char* what,
+                    double bound = kBf16Tolerance) {
     const Tensor got = down(got_device);
     ASSERT_EQ(got.shape(), want.shape()) << what;
     double diff = 0, norm = 0;
@@ -106,8 +107,8 @@ TEST_F(CudaOps, RopeDefaultAndYarnEveryPairing) {
   SKIP_WITHOUT_GPU();
   const int64_t T = 5, heads = 3, D = 64;
   const std::vector<int64_t> positions = {0, 1, 17, 300, 4095};
-  for (const model::RopeLayout layout : {model::RopeLayout::halves, model::RopeLayout::pairs,
-                                         model::RopeLayout::pairs_to_halves}) {
+  for (const model::RopeLayout layout :
+       {model::RopeLayout::halves, model::RopeLayout::pairs, model::RopeLayout::pairs_to_halves}) {
     for (const bool yarn : {false, true}) {
       model::RopeConfig config;
       config.dim = 32;
@@ -135,7 +136,8 @@ TEST_F(CudaOps, LinearSwigluGatherAndLmHead) {
   const Tensor x = random({T, H}), w = random({I, H}, 0.1f), bias = random({I});
   expect_close(gpu_->linear(up(x), w16(w), w32(bias)), cpu_->linear(x, w, bias), "linear with bias");
   expect_close(gpu_->linear(up(x), w16(w), {}), cpu_->linear(x, w, {}), "linear");
-  const SwigluWeights mlp{.gate = random({I, H}, 0.1f), .up = random({I, H}, 0.1f), .down = random({H, I}, 0.1f)};
+  const SwigluWeights mlp{
+      .gate = random({I, H}, 0.1f), .up = random({I, H}, 0.1f), .down = random({H, I}, 0.1f)};
   const SwigluWeights mlp_gpu{.gate = w16(mlp.gate), .up = w16(mlp.up), .down = w16(mlp.down)};
   expect_close(gpu_->swiglu_mlp(up(x), mlp_gpu), cpu_->swiglu_mlp(x, mlp), "swiglu_mlp");
   const std::vector<int64_t> rows = {8, 0, 3};
@@ -152,7 +154,8 @@ TEST_F(CudaOps, PagedAttentionPrefillThenDecode) {
   SKIP_WITHOUT_GPU();
   const int64_t heads = 8, kv_heads = 2, D = 64, row = kv_heads * D;
   ModelKvCache cpu_cache(this, 1, 2, 64, row, row);
-  ModelKvCache gpu_cache(this, 1, 2, 64, row, row, [&](std::vector<int64_t> s) { return gpu_->kv_blocks(s); });
+  ModelKvCache gpu_cache(this, 1, 2, 64, row, row,
+                         [&](std::vector<int64_t> s) { return gpu_->kv_blocks(s); });
   const model::AttentionShape shape{.heads = heads, .kv_heads = kv_heads, .dk = D, .dv = D, .scale = 0.125};
   for (const auto& counts : {std::vector<int64_t>{37, 5}, std::vector<int64_t>{1, 1}}) {
     BatchLayout batch;
@@ -167,10 +170,12 @@ TEST_F(CudaOps, PagedAttentionPrefillThenDecode) {
       for (int64_t i = 0; i < counts[s]; ++i) batch.positions.push_back(start + i);
       batch.total += counts[s];
     }
-    const Tensor q = random({batch.total, heads * D}), k = random({batch.total, row}), v = random({batch.total, row});
+    const Tensor q = random({batch.total, heads * D}), k = random({batch.total, row}),
+                 v = random({batch.total, row});
     cpu_->append_kv(cpu_cache, 0, batch, k, v);
     gpu_->append_kv(gpu_cache, 0, batch, up(k), up(v));
-    expect_close(gpu_->attention(up(q), gpu_cache, 0, batch, shape), cpu_->attention(q, cpu_cache, 0, batch, shape),
+    expect_close(gpu_->attention(up(q), gpu_cache, 0, batch, shape),
+                 cpu_->attention(q, cpu_cache, 0, batch, shape),
                  counts[0] > 1 ? "attention prefill" : "attention decode");
     for (int64_t s = 0; s < 2; ++s) {
       cpu_cache.commit(s, counts[s]);
@@ -201,8 +206,8 @@ TEST_F(CudaOps, MlaAbsorbedProducts) {
   expect_close(gpu_->mla_absorb_queries(up(q), w16(kv_b), shape), cpu_->mla_absorb_queries(q, kv_b, shape),
                "mla_absorb_queries");
   const Tensor context = random({T, shape.heads * shape.rank});
-  expect_close(gpu_->mla_expand_context(up(context), w16(kv_b), shape), cpu_->mla_expand_context(context, kv_b, shape),
-               "mla_expand_context");
+  expect_close(gpu_->mla_expand_context(up(context), w16(kv_b), shape),
+               cpu_->mla_expand_context(context, kv_b, shape), "mla_expand_context");
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ TEST(GenerateCudaCli, GreedyTokensEqualTransformersOnMixtral) {
     const char* binary = std::getenv("MOE_BINARY") ? std::getenv("MOE_BINARY") : MOE_BINARY;
     const std::string command = std::string(binary) + " generate --model " + fixture.dir.string() +
                                 " --backend cuda --prompt-ids " + ids.str() + " --max-new-tokens " +
-                                std::to_string(c.generated.size()) + " --json " + json.string() + " > /dev/null";
+                                std::to_string(c.generated.size()) + " --json " + json.string() +
+                                " > /dev/null";
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
     std::ifstream in(json);
     const nlohmann::json out = nlohmann::json::parse(in);

@@ -1,8 +1,9 @@
 #pragma once
 // CUDA ops of the decoder around the MoE blocks, one file each under src/cuda/ with the CPU op's name
-// (embedding.cu, rms_norm.cu, rope.cu, clamp.cu, activation.cu, attention.cu, mla.cu; linear.h for the GEMMs). Launchers
-// take device pointers and a stream (last), never synchronise and never allocate. Activations are bf16, the
-// residual stream and the KV cache fp32; every reduction (norm statistics, q·k, softmax, GEMM sums) is fp32.
+// (embedding.cu, rms_norm.cu, rope.cu, clamp.cu, activation.cu, attention.cu, mla.cu; linear.h for the
+// GEMMs). Launchers take device pointers and a stream (last), never synchronise and never allocate.
+// Activations are bf16, the residual stream and the KV cache fp32; every reduction (norm statistics, q·k,
+// softmax, GEMM sums) is fp32.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -15,7 +16,8 @@ using bf16 = __nv_bfloat16;
 
 // ---- embedding.cu ----------------------------------------------------------------------------------
 // out [n, hidden] fp32 = rows ids[i] of table [V, hidden] bf16 (ids checked by the caller).
-void embedding(const bf16* table, int64_t hidden, const int32_t* ids, int64_t n, float* out, cudaStream_t stream);
+void embedding(const bf16* table, int64_t hidden, const int32_t* ids, int64_t n, float* out,
+               cudaStream_t stream);
 
 // ---- rms_norm.cu -----------------------------------------------------------------------------------
 // residual [rows, hidden] fp32 += delta (bf16 or fp32 [rows, hidden]; both null: nothing to add), then
@@ -31,11 +33,11 @@ void rms_norm(bf16* x, int64_t rows, int64_t row_stride, int64_t groups, int64_t
 // ---- rope.cu ---------------------------------------------------------------------------------------
 enum class RopePairing : uint8_t { halves, pairs, pairs_to_halves };  // as cpu::RopePairing
 struct RopeArgs {
-  bf16* x;                   // [rows, heads · head_stride], rotated in place
+  bf16* x;                                   // [rows, heads · head_stride], rotated in place
   int64_t rows, heads, head_stride, offset;  // columns [offset, offset + 2 · half) of each head
-  const float* inv_freq;     // [half], half <= 256
+  const float* inv_freq;                     // [half], half <= 256
   int half;
-  float attention_factor;    // multiplies cos and sin
+  float attention_factor;  // multiplies cos and sin
   RopePairing pairing;
   const int64_t* positions;  // [rows]
 };
@@ -55,8 +57,8 @@ void add_bias(bf16* y, int64_t rows, int64_t cols, const float* bias, cudaStream
 // The paged KV cache: a layer's keys and values are pools [num_blocks · block_tokens, row] fp32; row i of
 // a batch sits at pool row slot[i] (its sequence's block for its position · block_tokens + the offset).
 // rows [n, width] bf16 (row stride row_stride) -> pool rows slot[i], columns [0, width) (pool row = width).
-void append_kv(const bf16* rows, int64_t n, int64_t width, int64_t row_stride, const int32_t* slot, float* pool,
-               cudaStream_t stream);
+void append_kv(const bf16* rows, int64_t n, int64_t width, int64_t row_stride, const int32_t* slot,
+               float* pool, cudaStream_t stream);
 
 struct PagedAttentionArgs {
   const bf16* q;                // [rows, heads, dk]
@@ -66,8 +68,8 @@ struct PagedAttentionArgs {
   const int32_t* row_table;     // [rows] where row i's sequence's table starts in block_tables
   const int32_t* row_visible;   // [rows] keys row i sees: positions [0, row_visible[i]) (causal)
   int64_t rows, heads, kv_heads, dk, dv, block_tokens;
-  float scale;                  // multiplies q·k
-  bf16* out;                    // [rows, heads, dv]
+  float scale;  // multiplies q·k
+  bf16* out;    // [rows, heads, dv]
 };
 // Softmax(scale · q·k) v per (row, query head) with an fp32 online softmax; query head h reads KV head
 // h / (heads / kv_heads). Limits: dk <= 1024, dv <= 512.

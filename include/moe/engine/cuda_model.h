@@ -15,6 +15,7 @@ namespace moe::engine {
 // CausalLM::load of DIR with every op on the current GPU (options.backend is taken as cuda). Throws
 // moe::Error as CausalLM::load does, and where there is no GPU, options.moe_block is set (expert
 // parallelism runs its blocks on host activations) or the build has no CUDA.
-std::unique_ptr<model::CausalLM> load_cuda_causal_lm(const std::filesystem::path& dir, model::ModelOptions options);
+std::unique_ptr<model::CausalLM> load_cuda_causal_lm(const std::filesystem::path& dir,
+                                                     model::ModelOptions options);
 
 }  // namespace moe::engine
