@@ -79,6 +79,12 @@ void Server::Impl::routes() {
   const auto threads = static_cast<size_t>(
       std::min<int64_t>(engine.options().max_num_seqs + options.max_waiting + 16, 1024));
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // NOTE: SO_REUSEADDR (a restart binds over TIME_WAIT) but not httplib's default SO_REUSEPORT, with which a
+  // second server would share a port already in use instead of failing.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http.set_payload_max_length(kMaxBodyBytes);
   http.set_read_timeout(10, 0);
   http.set_write_timeout(10, 0);

@@ -385,6 +385,19 @@ def test_flood_is_bounded():
         s.stop(signal.SIGINT)
 
 
+def test_bad_command_lines(s):
+    # One line "error: ..." naming the flag, exit 2; a port in use (the shared server's) too.
+    for flags, phrase in ((["--model", "/nonexistent"], "--model"),
+                          (["--model", MODEL, "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+                          (["--model", MODEL, "--max-num-seqs", "0"], "--max-num-seqs"),
+                          (["--model", MODEL, "--chat-template", "/nonexistent.jinja"], "--chat-template"),
+                          (["--model", MODEL, "--max-model-len", "100000"], "max_model_len"),
+                          (["--model", MODEL, "--port", str(s.port)], f"127.0.0.1:{s.port}")):
+        r = subprocess.run([MOE, "serve", *flags], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and r.stderr.startswith("error: ") and phrase in r.stderr, (flags, r)
+        assert r.stderr.count("\n") == 1, r.stderr
+
+
 def test_sigterm_ends_streams(s):
     # A stream in flight when SIGTERM comes ends (with an error event or its finish), and the server exits 0.
     conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
@@ -403,7 +416,7 @@ def main():
     shared = Server()
     tests = [test_models_and_health, test_greedy_equals_moe_generate, test_streaming_equals_whole, test_chat, test_stop,
              test_max_tokens, test_seed, test_logprobs, test_concurrent_clients_equal_alone,
-             test_disconnect_frees_blocks, test_bad_requests, test_slow_client]
+             test_disconnect_frees_blocks, test_bad_requests, test_slow_client, test_bad_command_lines]
     failures = []
     passed = 0
     try:
