@@ -7,7 +7,7 @@ reproducibility, logprobs, greedy text equal to `moe generate`; chat completions
 model's template or --chat-template equal to the completion of the text transformers renders; 32 concurrent clients each equal to the
 same request alone, with /metrics adding up; a client that disconnects mid-stream frees its KV blocks; bad
 requests, an oversized body, a slow client and a bounded flood each answered; the API key; SIGINT and
-SIGTERM stop the server cleanly. Ends with "server tests: N passed" (exit 0) or the failures (exit 1).
+SIGTERM stop the server cleanly; --trace-routing writes the routing. Ends with "server tests: N passed" (exit 0) or the failures (exit 1).
 
 usage: server_test.py MOE_BINARY MODEL_DIR
 """
@@ -336,7 +336,8 @@ def test_api_key():
     config = json.load(open(os.path.join(MODEL, "tokenizer_config.json")))
     del config["chat_template"]
     json.dump(config, open(os.path.join(tmp.name, "tokenizer_config.json"), "w"))
-    s = Server("--api-key", "sesame", model=tmp.name)
+    trace = os.path.join(tmp.name, "trace.jsonl")
+    s = Server("--api-key", "sesame", "--trace-routing", trace, model=tmp.name)
     try:
         # No chat template here (the fixture has none): chat is refused, naming the flag.
         status, text = s.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]},
@@ -353,10 +354,16 @@ def test_api_key():
             raise AssertionError("a wrong key was accepted")
         except openai.AuthenticationError:
             pass
-        assert completion(s.client("sesame"), prompt="x", max_tokens=2).usage.completion_tokens == 2
+        r = completion(s.client("sesame"), prompt="x", max_tokens=2)
+        assert r.usage.completion_tokens == 2
     finally:
         s.stop()
-        tmp.cleanup()
+    # --trace-routing: every token but the last through every MoE layer, the request's id as seq.
+    lines = [json.loads(line) for line in open(trace)]
+    config = json.load(open(os.path.join(MODEL, "config.json")))
+    assert len(lines) == config["num_hidden_layers"] * (r.usage.prompt_tokens + 1), len(lines)
+    assert {line["seq"] for line in lines} == {0} and all(len(line["experts"]) == 4 for line in lines)
+    tmp.cleanup()
 
 
 def test_flood_is_bounded():
