@@ -3,11 +3,12 @@
 
 Starts the server on 127.0.0.1 at a free port (--port 0; the port is read from its "serving ... on" line)
 and checks: completions and streaming (the streamed text equals the whole one), stop, max_tokens, seed
-reproducibility, logprobs, greedy text equal to `moe generate`; chat completions rendered with the
-model's template or --chat-template equal to the completion of the text transformers renders; 32 concurrent clients each equal to the
-same request alone, with /metrics adding up; a client that disconnects mid-stream frees its KV blocks; bad
-requests, an oversized body, a slow client and a bounded flood each answered; the API key; SIGINT and
-SIGTERM stop the server cleanly; --trace-routing writes the routing. Ends with "server tests: N passed" (exit 0) or the failures (exit 1).
+reproducibility, logprobs, greedy text equal to `moe generate`; chat completions rendered with the model's
+template or --chat-template equal to the completion of the text transformers renders; 32 concurrent
+clients each equal to the same request alone, with /metrics adding up; a client that disconnects
+mid-stream frees its KV blocks; bad requests, an oversized body, a slow client and a bounded flood each
+answered; the API key; bad command lines; SIGINT and SIGTERM stop the server cleanly; --trace-routing
+writes the routing. Ends with "server tests: N passed" (exit 0) or the failures (exit 1).
 
 usage: server_test.py MOE_BINARY MODEL_DIR
 """
