@@ -61,11 +61,15 @@ bool has_chat_template(const fs::path& dir) {
 
 void run_serve(const ServeArgs& a) {
   const fs::path dir = a.model_dir;
-  MOE_CHECK(fs::is_directory(dir), "--model '{}' is not a directory: give a HuggingFace model directory (config.json "
-            "and safetensors weights)", a.model_dir);
-  MOE_CHECK(a.port >= 0 && a.port <= 65535, "--port must be in [0, 65535] (0: any free port), got {}", a.port);
+  MOE_CHECK(fs::is_directory(dir),
+            "--model '{}' is not a directory: give a HuggingFace model directory (config.json "
+            "and safetensors weights)",
+            a.model_dir);
+  MOE_CHECK(a.port >= 0 && a.port <= 65535, "--port must be in [0, 65535] (0: any free port), got {}",
+            a.port);
   MOE_CHECK(a.max_num_seqs >= 1, "--max-num-seqs must be >= 1, got {}", a.max_num_seqs);
-  MOE_CHECK(a.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1, got {}", a.max_num_batched_tokens);
+  MOE_CHECK(a.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1, got {}",
+            a.max_num_batched_tokens);
   MOE_CHECK(a.max_model_len >= 0, "--max-model-len must be >= 1, got {}", a.max_model_len);
   MOE_CHECK(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0,
             "--gpu-memory-utilization must be in (0, 1], got {}", a.gpu_memory_utilization);
@@ -99,10 +103,11 @@ void run_serve(const ServeArgs& a) {
   }
   const std::unique_ptr<engine::Engine> engine = engine::Engine::load(dir, options);
 
-  server::ServerOptions server_options{.host = a.host, .port = a.port,
-                                       .served_model_name = a.served_model_name.empty() ? a.model_dir
-                                                                                        : a.served_model_name,
-                                       .api_key = a.api_key};
+  server::ServerOptions server_options{
+      .host = a.host,
+      .port = a.port,
+      .served_model_name = a.served_model_name.empty() ? a.model_dir : a.served_model_name,
+      .api_key = a.api_key};
   if (!a.chat_template.empty())
     server_options.chat_template = ChatTemplate::from_file(a.chat_template, dir);
   else if (has_chat_template(dir))
@@ -124,27 +129,34 @@ void run_serve(const ServeArgs& a) {
 
 Run add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (continuous batching)");
-  cmd->add_option("--model", args->model_dir, "model directory: config.json, safetensors weights, tokenizer.json")
+  CLI::App* cmd =
+      app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (continuous batching)");
+  cmd->add_option("--model", args->model_dir,
+                  "model directory: config.json, safetensors weights, tokenizer.json")
       ->required();
   cmd->add_option("--host", args->host, "address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", args->port, "port to listen on (default 8000; 0: any free port)");
   cmd->add_option("--served-model-name", args->served_model_name,
                   "the model name the API answers to and lists (default: the --model value)");
-  cmd->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on every endpoint but /health");
+  cmd->add_option("--api-key", args->api_key,
+                  "require 'Authorization: Bearer KEY' on every endpoint but /health");
   cmd->add_option("--backend", args->backend, "cpu, or cuda (the MoE blocks on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--max-model-len", args->max_model_len,
-                  "the longest sequence, prompt and generated tokens (default: the model's max_position_embeddings)");
+  cmd->add_option(
+      "--max-model-len", args->max_model_len,
+      "the longest sequence, prompt and generated tokens (default: the model's max_position_embeddings)");
   cmd->add_option("--max-num-seqs", args->max_num_seqs, "the most requests running together (default 256)");
   cmd->add_option("--max-num-batched-tokens", args->max_num_batched_tokens,
                   "the most tokens in one step: decode tokens, then prompt chunks (default 2048)");
-  cmd->add_option("--gpu-memory-utilization", args->gpu_memory_utilization,
-                  "the fraction of available memory the KV cache may take (default 0.9; the pool is in host memory)");
-  cmd->add_option("--chat-template", args->chat_template,
-                  "a Jinja chat template file for /v1/chat/completions (default: the model's tokenizer_config.json)");
-  cmd->add_option("--trace-routing", args->trace_routing,
-                  "write every routing decision as a JSON line: seq (request id), pos, token, layer, experts, weights");
+  cmd->add_option(
+      "--gpu-memory-utilization", args->gpu_memory_utilization,
+      "the fraction of available memory the KV cache may take (default 0.9; the pool is in host memory)");
+  cmd->add_option(
+      "--chat-template", args->chat_template,
+      "a Jinja chat template file for /v1/chat/completions (default: the model's tokenizer_config.json)");
+  cmd->add_option(
+      "--trace-routing", args->trace_routing,
+      "write every routing decision as a JSON line: seq (request id), pos, token, layer, experts, weights");
   return [args] { run_serve(*args); };
 }
 

@@ -124,6 +124,10 @@ Engine::Engine(std::unique_ptr<model::CausalLM> owned, model::CausalLM& model, s
   check_options(options_);
   max_model_len_ = options_.max_model_len > 0 ? options_.max_model_len : model_->info().max_position_embeddings;
   MOE_CHECK(max_model_len_ >= 1, "the model gives no max_position_embeddings: set max_model_len");
+  const int64_t model_len = model_->info().max_position_embeddings;
+  MOE_CHECK(model_len <= 0 || max_model_len_ <= model_len,
+            "max_model_len {} is more than the model's max_position_embeddings {}: positions past it were never "
+            "trained", max_model_len_, model_len);
 
   // The pool: a one-block cache tells the block's size (and checks max_model_len against the model).
   const std::unique_ptr<model::KvCache> probe = model_->new_paged_cache(1, max_model_len_, 1);

@@ -27,10 +27,10 @@ class TextStream {
  private:
   const Tokenizer* tokenizer_;
   std::vector<std::string> stop_;
-  size_t hold_ = 0;            // bytes of the text's tail held back: the longest stop string less one
-  std::vector<int32_t> ids_;   // the tokens decoded so far
+  size_t hold_ = 0;           // bytes of the text's tail held back: the longest stop string less one
+  std::vector<int32_t> ids_;  // the tokens decoded so far
   std::string text_;
-  size_t taken_ = 0;           // bytes of text_ handed out
+  size_t taken_ = 0;  // bytes of text_ handed out
   bool stopped_ = false;
 };
 

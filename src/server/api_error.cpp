@@ -4,15 +4,24 @@ namespace moe::server {
 
 const char* error_type(int status) {
   switch (status) {
-    case 400: return "BadRequestError";
-    case 401: return "AuthenticationError";
-    case 404: return "NotFoundError";
-    case 405: return "MethodNotAllowedError";
-    case 408: return "RequestTimeoutError";
-    case 413: return "PayloadTooLargeError";
-    case 429: return "RateLimitError";
-    case 503: return "ServiceUnavailableError";
-    default: return status >= 500 ? "InternalServerError" : "BadRequestError";
+    case 400:
+      return "BadRequestError";
+    case 401:
+      return "AuthenticationError";
+    case 404:
+      return "NotFoundError";
+    case 405:
+      return "MethodNotAllowedError";
+    case 408:
+      return "RequestTimeoutError";
+    case 413:
+      return "PayloadTooLargeError";
+    case 429:
+      return "RateLimitError";
+    case 503:
+      return "ServiceUnavailableError";
+    default:
+      return status >= 500 ? "InternalServerError" : "BadRequestError";
   }
 }
 

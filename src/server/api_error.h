@@ -4,7 +4,6 @@
 // (BadRequestError for 400, AuthenticationError 401, NotFoundError 404, ...).
 
 #include <nlohmann/json.hpp>
-
 #include <stdexcept>
 #include <string>
 

@@ -1,7 +1,5 @@
 // The HTTP routes of moe::server::Server (cpp-httplib): authentication, the OpenAI endpoints over the
 // scheduler, models, health and metrics, and OpenAI error objects for every failure httplib itself answers.
-#include "moe/server/server.h"
-
 #include <fmt/core.h>
 #include <httplib.h>
 
@@ -11,6 +9,7 @@
 #include "api_error.h"
 #include "metrics.h"
 #include "moe/core/check.h"
+#include "moe/server/server.h"
 #include "openai_request.h"
 #include "openai_response.h"
 #include "scheduler.h"
@@ -22,7 +21,8 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "") {
+void send_error(httplib::Response& res, int status, const std::string& message,
+                const std::string& param = "") {
   res.status = status;
   res.set_content(dump(error_json(status, message, param)), "application/json");
 }
@@ -51,7 +51,7 @@ struct Server::Impl {
                .max_model_len = engine.max_model_len()};
     if (this->options.chat_template)
       context.render_chat = [&chat = *this->options.chat_template](const nlohmann::ordered_json& messages,
-                                                                  const nlohmann::ordered_json& kwargs) {
+                                                                   const nlohmann::ordered_json& kwargs) {
         return chat.render(messages, /*add_generation_prompt=*/true, kwargs);
       };
     scheduler = std::make_unique<Scheduler>(engine, metrics, this->options.max_waiting);
@@ -76,9 +76,15 @@ struct Server::Impl {
 void Server::Impl::routes() {
   // Every waiting or running request holds an HTTP thread, and a few more answer health, metrics and
   // refusals (503) beside them.
-  const auto threads = static_cast<size_t>(
-      std::min<int64_t>(engine.options().max_num_seqs + options.max_waiting + 16, 1024));
+  const auto threads =
+      static_cast<size_t>(std::min<int64_t>(engine.options().max_num_seqs + options.max_waiting + 16, 1024));
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // NOTE: SO_REUSEADDR (a restart binds over TIME_WAIT) but not httplib's default SO_REUSEPORT, with which a
+  // second server would share a port already in use instead of failing.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http.set_payload_max_length(kMaxBodyBytes);
   http.set_read_timeout(10, 0);
   http.set_write_timeout(10, 0);
@@ -88,20 +94,25 @@ void Server::Impl::routes() {
     if (options.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + options.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "missing or wrong API key: send the header 'Authorization: Bearer KEY' with the key "
+    send_error(res, 401,
+               "missing or wrong API key: send the header 'Authorization: Bearer KEY' with the key "
                "the server was started with (--api-key)");
     return httplib::Server::HandlerResponse::Handled;
   });
   // What httplib answers itself (an unknown path, a body over the limit, a malformed request) as OpenAI
   // errors; handlers' own errors already have a body.
-  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message = fmt::format("{} {}: the request failed with HTTP status {}", req.method, req.path, res.status);
-    if (res.status == 404) message = fmt::format("there is no {} {} on this server", req.method, req.path);
-    if (res.status == 413) message = fmt::format("the request body is larger than {} bytes", kMaxBodyBytes);
-    send_error(res, res.status, message);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  http.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string message =
+            fmt::format("{} {}: the request failed with HTTP status {}", req.method, req.path, res.status);
+        if (res.status == 404)
+          message = fmt::format("there is no {} {} on this server", req.method, req.path);
+        if (res.status == 413)
+          message = fmt::format("the request body is larger than {} bytes", kMaxBodyBytes);
+        send_error(res, res.status, message);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string message = "internal error";
     try {
@@ -121,8 +132,11 @@ void Server::Impl::routes() {
     res.set_content(metrics.render(), "text/plain; version=0.0.4");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    const json model = {{"id", options.served_model_name}, {"object", "model"}, {"created", 0},
-                        {"owned_by", "moe"}, {"max_model_len", engine.max_model_len()}};
+    const json model = {{"id", options.served_model_name},
+                        {"object", "model"},
+                        {"created", 0},
+                        {"owned_by", "moe"},
+                        {"max_model_len", engine.max_model_len()}};
     res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
   http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -161,8 +175,9 @@ void Server::Impl::respond_whole(httplib::Response& res, const ApiRequest& api, 
       LogprobWriter writer(api.endpoint, context.tokenizer);
       const json lp = api.engine.logprobs >= 0 ? writer.write(logprobs) : json(nullptr);
       const ResponseHeader header = new_header(api.endpoint, options.served_model_name);
-      res.set_content(dump(full_response(header, text, event.finish, lp, event.prompt_tokens, completion_tokens)),
-                      "application/json");
+      res.set_content(
+          dump(full_response(header, text, event.finish, lp, event.prompt_tokens, completion_tokens)),
+          "application/json");
       return;
     }
   }
@@ -190,13 +205,15 @@ void Server::Impl::respond_stream(httplib::Response& res, const ApiRequest& api,
         stream->completion_tokens += static_cast<int64_t>(event.tokens.size());
         // NOTE: a failed write is a client that has gone: returning false ends the response, and the
         // releaser cancels the request.
-        if (!write(sse_event(stream_chunk(stream->header, event.text, lp, std::nullopt, first)))) return false;
+        if (!write(sse_event(stream_chunk(stream->header, event.text, lp, std::nullopt, first))))
+          return false;
       }
       if (event.finish == engine::FinishReason::none) continue;
       stream->done = true;
       bool ok = write(sse_event(stream_chunk(stream->header, "", nullptr, event.finish, stream->first)));
       if (stream->include_usage)
-        ok = ok && write(sse_event(usage_chunk(stream->header, event.prompt_tokens, stream->completion_tokens)));
+        ok = ok &&
+             write(sse_event(usage_chunk(stream->header, event.prompt_tokens, stream->completion_tokens)));
       ok = ok && write(kSseDone);
       if (ok) sink.done();
       return ok;
@@ -212,16 +229,22 @@ void Server::Impl::respond_stream(httplib::Response& res, const ApiRequest& api,
 Server::Server(engine::Engine& engine, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {}
 
-Server::~Server() { stop(); }
+Server::~Server() {
+  stop();
+}
 
 void Server::bind() {
   Impl& s = *impl_;
-  s.port = s.options.port == 0 ? s.http.bind_to_any_port(s.options.host) : s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1;
+  s.port = s.options.port == 0                                   ? s.http.bind_to_any_port(s.options.host)
+           : s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port
+                                                                 : -1;
   MOE_CHECK(s.port > 0, "cannot listen on {}:{} (in use, or not an address of this machine)", s.options.host,
             s.options.port);
 }
 
-int Server::port() const { return impl_->port; }
+int Server::port() const {
+  return impl_->port;
+}
 
 void Server::run() {
   // NOTE: a client that closes its socket mid-response must not kill the process with SIGPIPE.

@@ -55,8 +55,8 @@ class Metrics {
 
  private:
   mutable std::mutex mutex_;
-  std::map<int, int64_t> responses_;            // HTTP status -> count
-  std::map<std::string, int64_t> finished_;     // finish reason name -> count
+  std::map<int, int64_t> responses_;         // HTTP status -> count
+  std::map<std::string, int64_t> finished_;  // finish reason name -> count
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram first_token_, inter_token_;
   EngineGauges engine_;

@@ -29,7 +29,9 @@ const Unsupported kUnsupported[] = {{"n", 1},
                                     {"tools", nullptr},
                                     {"response_format", nullptr}};
 
-[[noreturn]] void bad(const std::string& field, const std::string& message) { throw ApiError(400, message, field); }
+[[noreturn]] void bad(const std::string& field, const std::string& message) {
+  throw ApiError(400, message, field);
+}
 
 // The field when present and not null.
 const json* field(const json& body, const char* name) {
@@ -62,9 +64,11 @@ bool boolean(const json& body, const char* name, bool fallback) {
 std::vector<int32_t> token_ids(const json& list, const char* name, int64_t vocab) {
   std::vector<int32_t> ids;
   for (const json& v : list) {
-    if (!v.is_number_integer()) bad(name, fmt::format("'{}' must be a list of token ids, got {}", name, v.dump()));
+    if (!v.is_number_integer())
+      bad(name, fmt::format("'{}' must be a list of token ids, got {}", name, v.dump()));
     const auto id = v.get<int64_t>();
-    if (id < 0 || id >= vocab) bad(name, fmt::format("'{}': token id {} is outside the vocabulary [0, {})", name, id, vocab));
+    if (id < 0 || id >= vocab)
+      bad(name, fmt::format("'{}': token id {} is outside the vocabulary [0, {})", name, id, vocab));
     ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
@@ -73,7 +77,8 @@ std::vector<int32_t> token_ids(const json& list, const char* name, int64_t vocab
 std::vector<int32_t> encode(const RequestContext& context, const std::string& text, bool add_special_tokens,
                             const char* name) {
   if (!context.tokenizer)
-    bad(name, fmt::format("the model has no tokenizer (tokenizer.json): give '{}' as a list of token ids", name));
+    bad(name,
+        fmt::format("the model has no tokenizer (tokenizer.json): give '{}' as a list of token ids", name));
   return context.tokenizer->encode(text, add_special_tokens);
 }
 
@@ -84,11 +89,13 @@ std::vector<int32_t> completion_prompt(const json& body, const RequestContext& c
   const json* one = prompt;
   if (prompt->is_array() && !prompt->empty() && !(*prompt)[0].is_number()) {
     if (prompt->size() != 1)
-      bad("prompt", fmt::format("'prompt' holds {} prompts; this server takes one per request", prompt->size()));
+      bad("prompt",
+          fmt::format("'prompt' holds {} prompts; this server takes one per request", prompt->size()));
     one = &(*prompt)[0];
   }
   // NOTE: completions add the tokenizer's special tokens (a leading BOS), as vLLM and `moe generate` do.
-  if (one->is_string()) return encode(context, one->get<std::string>(), /*add_special_tokens=*/true, "prompt");
+  if (one->is_string())
+    return encode(context, one->get<std::string>(), /*add_special_tokens=*/true, "prompt");
   if (one->is_array()) return token_ids(*one, "prompt", context.vocab_size);
   bad("prompt", fmt::format("'prompt' must be a string or a list of token ids, got {}", prompt->dump()));
 }
@@ -101,7 +108,8 @@ std::vector<int32_t> chat_prompt(const json& body, const RequestContext& context
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       bad("messages", fmt::format("each message needs a string 'role', got {}", m.dump()));
   if (!context.render_chat)
-    bad("messages", "the model has no chat template (tokenizer_config.json): start the server with "
+    bad("messages",
+        "the model has no chat template (tokenizer_config.json): start the server with "
         "--chat-template FILE, or use /v1/completions");
   const json* kwargs = field(body, "chat_template_kwargs");
   if (kwargs && !kwargs->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -121,7 +129,8 @@ void read_stop(const json& body, const RequestContext& context, engine::Request&
       request.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
       for (const json& s : *stop) {
-        if (!s.is_string()) bad("stop", fmt::format("'stop' must be a string or a list of strings, got {}", stop->dump()));
+        if (!s.is_string())
+          bad("stop", fmt::format("'stop' must be a string or a list of strings, got {}", stop->dump()));
         request.stop.push_back(s.get<std::string>());
       }
     } else {
@@ -146,7 +155,8 @@ int read_logprobs(const json& body, Endpoint endpoint) {
   if (endpoint == Endpoint::completions) {
     const json* v = field(body, "logprobs");
     if (!v) return -1;
-    if (!v->is_number_integer()) bad("logprobs", fmt::format("'logprobs' must be an integer, got {}", v->dump()));
+    if (!v->is_number_integer())
+      bad("logprobs", fmt::format("'logprobs' must be an integer, got {}", v->dump()));
     return check(v->get<int64_t>(), "logprobs");
   }
   const int64_t top = integer(body, "top_logprobs", 0);
@@ -170,35 +180,43 @@ ApiRequest parse_request(const std::string& body_text, Endpoint endpoint, const 
   if (const json* model = field(body, "model")) {
     if (!model->is_string()) bad("model", "'model' must be a string");
     if (model->get<std::string>() != context.served_model_name)
-      throw ApiError(404, fmt::format("The model `{}` does not exist: this server serves `{}`",
-                                      model->get<std::string>(), context.served_model_name), "model");
+      throw ApiError(404,
+                     fmt::format("The model `{}` does not exist: this server serves `{}`",
+                                 model->get<std::string>(), context.served_model_name),
+                     "model");
   }
   for (const Unsupported& u : kUnsupported) {
     const json* v = field(body, u.name);
-    if (v && *v != u.neutral) bad(u.name, fmt::format("'{}' is not supported by this server (got {})", u.name, v->dump()));
+    if (v && *v != u.neutral)
+      bad(u.name, fmt::format("'{}' is not supported by this server (got {})", u.name, v->dump()));
   }
 
   ApiRequest r{.endpoint = endpoint};
   engine::Request& e = r.engine;
-  e.prompt = endpoint == Endpoint::completions ? completion_prompt(body, context) : chat_prompt(body, context);
-  if (e.prompt.empty()) bad(endpoint == Endpoint::completions ? "prompt" : "messages", "the prompt has no tokens");
+  e.prompt =
+      endpoint == Endpoint::completions ? completion_prompt(body, context) : chat_prompt(body, context);
+  if (e.prompt.empty())
+    bad(endpoint == Endpoint::completions ? "prompt" : "messages", "the prompt has no tokens");
   const auto prompt_tokens = static_cast<int64_t>(e.prompt.size());
   if (prompt_tokens > context.max_model_len)
     bad(endpoint == Endpoint::completions ? "prompt" : "messages",
-        fmt::format("This model's maximum context length is {} tokens, but the prompt has {} tokens: shorten it",
-                    context.max_model_len, prompt_tokens));
+        fmt::format(
+            "This model's maximum context length is {} tokens, but the prompt has {} tokens: shorten it",
+            context.max_model_len, prompt_tokens));
 
   // max_tokens: completions default to 16 (OpenAI's); chat to the rest of the context (vLLM's).
   const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   const int64_t room = context.max_model_len - prompt_tokens;
   const bool given = field(body, max_name) != nullptr;
   e.max_new_tokens = integer(body, max_name, endpoint == Endpoint::completions ? 16 : room);
-  if (e.max_new_tokens < 0) bad(max_name, fmt::format("'{}' must be >= 0, got {}", max_name, e.max_new_tokens));
+  if (e.max_new_tokens < 0)
+    bad(max_name, fmt::format("'{}' must be >= 0, got {}", max_name, e.max_new_tokens));
   if (given && e.max_new_tokens > room)
-    bad(max_name, fmt::format("This model's maximum context length is {} tokens, but {} were asked for ({} in the "
-                              "prompt, {} in the completion): lower '{}'",
-                              context.max_model_len, prompt_tokens + e.max_new_tokens, prompt_tokens,
-                              e.max_new_tokens, max_name));
+    bad(max_name,
+        fmt::format("This model's maximum context length is {} tokens, but {} were asked for ({} in the "
+                    "prompt, {} in the completion): lower '{}'",
+                    context.max_model_len, prompt_tokens + e.max_new_tokens, prompt_tokens, e.max_new_tokens,
+                    max_name));
 
   e.sampling.temperature = number(body, "temperature", 1.0);
   e.sampling.top_p = number(body, "top_p", 1.0);
@@ -206,8 +224,10 @@ ApiRequest parse_request(const std::string& body_text, Endpoint endpoint, const 
   if (top_k < -1) bad("top_k", fmt::format("'top_k' must be -1 or 0 (all tokens) or > 0, got {}", top_k));
   e.sampling.top_k = top_k < 0 ? 0 : static_cast<int>(std::min<int64_t>(top_k, context.vocab_size));
   if (const json* seed = field(body, "seed")) {
-    if (!seed->is_number_integer()) bad("seed", fmt::format("'seed' must be an integer, got {}", seed->dump()));
-    e.sampling.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
+    if (!seed->is_number_integer())
+      bad("seed", fmt::format("'seed' must be an integer, got {}", seed->dump()));
+    e.sampling.seed =
+        seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
   } else {
     static thread_local std::random_device entropy;
     e.sampling.seed = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();

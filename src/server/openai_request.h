@@ -4,10 +4,9 @@
 // fields, stop, stream (+ stream_options.include_usage) and logprobs, turned into an engine::Request.
 // Every fault is an ApiError naming the field (400), or the model (404).
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "moe/engine/request.h"

@@ -4,9 +4,8 @@
 // (completions: tokens / token_logprobs / top_logprobs / text_offset; chat: content [{token, logprob,
 // bytes, top_logprobs}]).
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,7 +19,7 @@ namespace moe::server {
 // What every response and chunk of one request shares.
 struct ResponseHeader {
   Endpoint endpoint = Endpoint::completions;
-  std::string id;  // "cmpl-..." or "chatcmpl-..."
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
   int64_t created = 0;  // Unix seconds
   std::string model;
 };
@@ -47,12 +46,14 @@ class LogprobWriter {
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
 // The whole response (stream false).
-nlohmann::json full_response(const ResponseHeader& header, const std::string& text, engine::FinishReason finish,
-                             const nlohmann::json& logprobs, int64_t prompt_tokens, int64_t completion_tokens);
+nlohmann::json full_response(const ResponseHeader& header, const std::string& text,
+                             engine::FinishReason finish, const nlohmann::json& logprobs,
+                             int64_t prompt_tokens, int64_t completion_tokens);
 
 // One chunk: `text` new, finish set on the last; a chat stream's first chunk carries the role.
-nlohmann::json stream_chunk(const ResponseHeader& header, const std::string& text, const nlohmann::json& logprobs,
-                            std::optional<engine::FinishReason> finish, bool first);
+nlohmann::json stream_chunk(const ResponseHeader& header, const std::string& text,
+                            const nlohmann::json& logprobs, std::optional<engine::FinishReason> finish,
+                            bool first);
 
 // The usage chunk (stream_options.include_usage): no choices.
 nlohmann::json usage_chunk(const ResponseHeader& header, int64_t prompt_tokens, int64_t completion_tokens);

@@ -9,7 +9,9 @@ namespace moe::server {
 
 namespace {
 
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 }  // namespace
 
@@ -35,7 +37,9 @@ Scheduler::Scheduler(engine::Engine& engine, Metrics& metrics, int64_t max_waiti
   thread_ = std::thread([this] { run(); });
 }
 
-Scheduler::~Scheduler() { stop(); }
+Scheduler::~Scheduler() {
+  stop();
+}
 
 Scheduler::Ticket Scheduler::submit(engine::Request request, Clock::time_point arrival) {
   Ticket ticket{.channel = std::make_shared<Channel>()};
@@ -44,10 +48,13 @@ Scheduler::Ticket Scheduler::submit(engine::Request request, Clock::time_point a
     if (stopping_) throw ApiError(503, "the server is shutting down");
     const int64_t waiting = waiting_ + static_cast<int64_t>(inbox_.size());
     if (waiting >= max_waiting_)
-      throw ApiError(503, fmt::format("the server is busy: {} requests are waiting for a sequence (at most {}); "
-                                      "retry later", waiting, max_waiting_));
+      throw ApiError(503,
+                     fmt::format("the server is busy: {} requests are waiting for a sequence (at most {}); "
+                                 "retry later",
+                                 waiting, max_waiting_));
     ticket.key = next_key_++;
-    inbox_.push_back({.key = ticket.key, .request = std::move(request), .arrival = arrival, .channel = ticket.channel});
+    inbox_.push_back(
+        {.key = ticket.key, .request = std::move(request), .arrival = arrival, .channel = ticket.channel});
   }
   wake_.notify_all();
   return ticket;
@@ -72,7 +79,8 @@ void Scheduler::stop() {
 
 void Scheduler::take_inbox(std::vector<Submission>& submissions, std::vector<uint64_t>& cancels) {
   std::unique_lock lock(mutex_);
-  wake_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || engine_.has_unfinished(); });
+  wake_.wait(lock,
+             [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || engine_.has_unfinished(); });
   submissions.swap(inbox_);
   cancels.swap(cancels_);
 }
@@ -88,7 +96,10 @@ void Scheduler::run() {
       const auto prompt_tokens = static_cast<int64_t>(s.request.prompt.size());
       try {
         const engine::RequestId id = engine_.submit(std::move(s.request));
-        live_[id] = {.key = s.key, .channel = s.channel, .arrival = s.arrival, .last_token = s.arrival,
+        live_[id] = {.key = s.key,
+                     .channel = s.channel,
+                     .arrival = s.arrival,
+                     .last_token = s.arrival,
                      .prompt_tokens = prompt_tokens};
         ids_[s.key] = id;
       } catch (const Error& e) {
@@ -160,8 +171,11 @@ void Scheduler::fail_all(int status, const std::string& message) {
 
 void Scheduler::publish_gauges() {
   const engine::EngineStats& stats = engine_.stats();
-  metrics_.set_engine({.running = engine_.num_running(), .waiting = engine_.num_waiting(), .kv = engine_.kv_usage(),
-                       .preemptions = stats.preemptions, .layers = stats.layers});
+  metrics_.set_engine({.running = engine_.num_running(),
+                       .waiting = engine_.num_waiting(),
+                       .kv = engine_.kv_usage(),
+                       .preemptions = stats.preemptions,
+                       .layers = stats.layers});
   std::lock_guard lock(mutex_);
   waiting_ = engine_.num_waiting();
 }

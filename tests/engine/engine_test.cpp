@@ -296,6 +296,9 @@ TEST(Engine, StopIdsMaxModelLenAndLogprobs) {
   EXPECT_EQ(Engine(model, o).max_model_len(), 64);  // the toy's max_position_embeddings
   o.kv_cache_blocks = 15;                            // 64 tokens need 16 blocks of 4
   EXPECT_THROW(Engine(model, o), Error);
+  o.kv_cache_blocks = 0;
+  o.max_model_len = 65;
+  EXPECT_THROW(Engine(model, o), Error);
 }
 
 TEST(Engine, BadRequestsAndOptionsAreErrors) {

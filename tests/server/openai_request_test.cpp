@@ -13,7 +13,11 @@ namespace moe::server {
 namespace {
 
 RequestContext context() {
-  return {.served_model_name = "m", .tokenizer = nullptr, .vocab_size = 100, .max_model_len = 10, .render_chat = {}};
+  return {.served_model_name = "m",
+          .tokenizer = nullptr,
+          .vocab_size = 100,
+          .max_model_len = 10,
+          .render_chat = {}};
 }
 
 // The status and message of parsing `body`, or 0 when it parses.
@@ -46,21 +50,25 @@ TEST(OpenaiRequest, FieldsBecomeTheEngineRequest) {
   EXPECT_EQ(d.engine.max_new_tokens, 16);
   EXPECT_DOUBLE_EQ(d.engine.sampling.temperature, 1.0);
   EXPECT_EQ(d.engine.logprobs, -1);
-  EXPECT_EQ(fault(R"({"messages": [{"role": "user", "content": "x"}]})", Endpoint::chat_completions).first, 400);
+  EXPECT_EQ(fault(R"({"messages": [{"role": "user", "content": "x"}]})", Endpoint::chat_completions).first,
+            400);
 }
 
 TEST(OpenaiRequest, FaultsNameTheFieldAndStatus) {
   EXPECT_EQ(fault("{").first, 400);
   EXPECT_EQ(fault(R"({"prompt": [1], "model": "other"})").first, 404);
-  EXPECT_NE(fault(R"({"prompt": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]})").second.find("is 10 tokens, but the prompt has 11"),
+  EXPECT_NE(fault(R"({"prompt": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]})")
+                .second.find("is 10 tokens, but the prompt has 11"),
             std::string::npos);
-  EXPECT_NE(fault(R"({"prompt": [1], "max_tokens": 10})").second.find("11 were asked for"), std::string::npos);
+  EXPECT_NE(fault(R"({"prompt": [1], "max_tokens": 10})").second.find("11 were asked for"),
+            std::string::npos);
   EXPECT_NE(fault(R"({"prompt": "text"})").second.find("no tokenizer"), std::string::npos);
   EXPECT_NE(fault(R"({"prompt": [100]})").second.find("outside the vocabulary"), std::string::npos);
   EXPECT_NE(fault(R"({"prompt": [1], "n": 3})").second.find("'n' is not supported"), std::string::npos);
   EXPECT_NE(fault(R"({"prompt": [1], "top_k": -2})").second.find("top_k"), std::string::npos);
   EXPECT_NE(fault(R"({"prompt": [1], "logprobs": 21})").second.find("logprobs"), std::string::npos);
-  EXPECT_NE(fault(R"({"prompt": [1], "stream_options": {}})").second.find("needs 'stream'"), std::string::npos);
+  EXPECT_NE(fault(R"({"prompt": [1], "stream_options": {}})").second.find("needs 'stream'"),
+            std::string::npos);
   EXPECT_NE(fault(R"({"prompt": [1], "temperature": "hot"})").second.find("temperature"), std::string::npos);
   EXPECT_NE(fault(R"({"prompt": [1], "stop": "x"})").second.find("stop strings need"), std::string::npos);
   EXPECT_EQ(fault(R"({"prompt": [1], "n": 1, "echo": false})").first, 0);  // the neutral values pass
@@ -96,19 +104,23 @@ TEST(OpenaiResponse, ChunksCarryTheTextFinishAndUsage) {
 TEST(Metrics, HistogramsAreCumulativeAndCountersAddUp) {
   Histogram h({0.1, 1.0});
   for (double v : {0.05, 0.5, 0.7, 5.0}) h.observe(v);
-  EXPECT_EQ(h.render("x"), "x_bucket{le=\"0.1\"} 1\nx_bucket{le=\"1\"} 3\nx_bucket{le=\"+Inf\"} 4\nx_sum 6.25\nx_count 4\n");
+  EXPECT_EQ(h.render("x"),
+            "x_bucket{le=\"0.1\"} 1\nx_bucket{le=\"1\"} 3\nx_bucket{le=\"+Inf\"} 4\nx_sum 6.25\nx_count 4\n");
   Metrics m;
   m.count_response(200);
   m.count_response(200);
   m.count_finished(engine::FinishReason::stop, 3, 4);
-  m.set_engine({.running = 1, .waiting = 2, .kv = {.block_tokens = 16, .total_blocks = 10, .free_blocks = 7},
+  m.set_engine({.running = 1,
+                .waiting = 2,
+                .kv = {.block_tokens = 16, .total_blocks = 10, .free_blocks = 7},
                 .preemptions = 0,
                 .layers = {{.layer = 1, .prompt_counts = {3, 1}, .generated_counts = {0, 0}}}});
   const std::string text = m.render();
-  for (const char* line : {"moe:requests_total{status=\"200\"} 2\n", "moe:request_success_total{finished_reason=\"stop\"} 1\n",
-                           "moe:prompt_tokens_total 3\n", "moe:generation_tokens_total 4\n",
-                           "moe:kv_cache_used_blocks 3\n", "moe:kv_cache_free_blocks 7\n",
-                           "moe:expert_routed_pairs_total{layer=\"1\",expert=\"0\"} 3\n", "moe:expert_imbalance{layer=\"1\"} 1.5\n"})
+  for (const char* line :
+       {"moe:requests_total{status=\"200\"} 2\n", "moe:request_success_total{finished_reason=\"stop\"} 1\n",
+        "moe:prompt_tokens_total 3\n", "moe:generation_tokens_total 4\n", "moe:kv_cache_used_blocks 3\n",
+        "moe:kv_cache_free_blocks 7\n", "moe:expert_routed_pairs_total{layer=\"1\",expert=\"0\"} 3\n",
+        "moe:expert_imbalance{layer=\"1\"} 1.5\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line;
 }
 

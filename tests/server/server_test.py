@@ -3,11 +3,12 @@
 
 Starts the server on 127.0.0.1 at a free port (--port 0; the port is read from its "serving ... on" line)
 and checks: completions and streaming (the streamed text equals the whole one), stop, max_tokens, seed
-reproducibility, logprobs, greedy text equal to `moe generate`; chat completions rendered with the
-model's template or --chat-template equal to the completion of the text transformers renders; 32 concurrent clients each equal to the
-same request alone, with /metrics adding up; a client that disconnects mid-stream frees its KV blocks; bad
-requests, an oversized body, a slow client and a bounded flood each answered; the API key; SIGINT and
-SIGTERM stop the server cleanly. Ends with "server tests: N passed" (exit 0) or the failures (exit 1).
+reproducibility, logprobs, greedy text equal to `moe generate`; chat completions rendered with the model's
+template or --chat-template equal to the completion of the text transformers renders; 32 concurrent
+clients each equal to the same request alone, with /metrics adding up; a client that disconnects
+mid-stream frees its KV blocks; bad requests, an oversized body, a slow client and a bounded flood each
+answered; the API key; bad command lines; SIGINT and SIGTERM stop the server cleanly; --trace-routing
+writes the routing. Ends with "server tests: N passed" (exit 0) or the failures (exit 1).
 
 usage: server_test.py MOE_BINARY MODEL_DIR
 """
@@ -336,7 +337,8 @@ def test_api_key():
     config = json.load(open(os.path.join(MODEL, "tokenizer_config.json")))
     del config["chat_template"]
     json.dump(config, open(os.path.join(tmp.name, "tokenizer_config.json"), "w"))
-    s = Server("--api-key", "sesame", model=tmp.name)
+    trace = os.path.join(tmp.name, "trace.jsonl")
+    s = Server("--api-key", "sesame", "--trace-routing", trace, model=tmp.name)
     try:
         # No chat template here (the fixture has none): chat is refused, naming the flag.
         status, text = s.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]},
@@ -353,10 +355,16 @@ def test_api_key():
             raise AssertionError("a wrong key was accepted")
         except openai.AuthenticationError:
             pass
-        assert completion(s.client("sesame"), prompt="x", max_tokens=2).usage.completion_tokens == 2
+        r = completion(s.client("sesame"), prompt="x", max_tokens=2)
+        assert r.usage.completion_tokens == 2
     finally:
         s.stop()
-        tmp.cleanup()
+    # --trace-routing: every token but the last through every MoE layer, the request's id as seq.
+    lines = [json.loads(line) for line in open(trace)]
+    config = json.load(open(os.path.join(MODEL, "config.json")))
+    assert len(lines) == config["num_hidden_layers"] * (r.usage.prompt_tokens + 1), len(lines)
+    assert {line["seq"] for line in lines} == {0} and all(len(line["experts"]) == 4 for line in lines)
+    tmp.cleanup()
 
 
 def test_flood_is_bounded():
@@ -385,6 +393,19 @@ def test_flood_is_bounded():
         s.stop(signal.SIGINT)
 
 
+def test_bad_command_lines(s):
+    # One line "error: ..." naming the flag, exit 2; a port in use (the shared server's) too.
+    for flags, phrase in ((["--model", "/nonexistent"], "--model"),
+                          (["--model", MODEL, "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+                          (["--model", MODEL, "--max-num-seqs", "0"], "--max-num-seqs"),
+                          (["--model", MODEL, "--chat-template", "/nonexistent.jinja"], "--chat-template"),
+                          (["--model", MODEL, "--max-model-len", "100000"], "max_model_len"),
+                          (["--model", MODEL, "--port", str(s.port)], f"127.0.0.1:{s.port}")):
+        r = subprocess.run([MOE, "serve", *flags], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and r.stderr.startswith("error: ") and phrase in r.stderr, (flags, r)
+        assert r.stderr.count("\n") == 1, r.stderr
+
+
 def test_sigterm_ends_streams(s):
     # A stream in flight when SIGTERM comes ends (with an error event or its finish), and the server exits 0.
     conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
@@ -403,7 +424,7 @@ def main():
     shared = Server()
     tests = [test_models_and_health, test_greedy_equals_moe_generate, test_streaming_equals_whole, test_chat, test_stop,
              test_max_tokens, test_seed, test_logprobs, test_concurrent_clients_equal_alone,
-             test_disconnect_frees_blocks, test_bad_requests, test_slow_client]
+             test_disconnect_frees_blocks, test_bad_requests, test_slow_client, test_bad_command_lines]
     failures = []
     passed = 0
     try:

@@ -67,7 +67,8 @@ class Engine {
 
   // An engine over a model loaded elsewhere (it must outlive the engine), without a tokenizer.
   // options.model is not used. Throws moe::Error for max_num_batched_tokens or max_num_seqs < 1, a
-  // max_model_len < 1, or a KV cache too small for one sequence of max_model_len.
+  // max_model_len < 1 or past the model's max_position_embeddings, or a KV cache too small for one
+  // sequence of max_model_len.
   Engine(model::CausalLM& model, EngineOptions options);
 
   ~Engine();

@@ -21,7 +21,7 @@ struct EngineOptions {
   // The most requests run together; a waiting request joins the running ones at the next step that has
   // room for it (a free sequence, KV blocks for its first chunk, step budget).
   int64_t max_num_seqs = 256;
-  // The longest sequence (prompt and generated tokens); 0: the model's max_position_embeddings.
+  // The longest sequence (prompt and generated tokens), at most the model's max_position_embeddings; 0: that.
   int64_t max_model_len = 0;
   // The KV cache's blocks (CausalLM::new_paged_cache); 0: room for max_num_seqs sequences of
   // max_model_len tokens, capped by kv_cache_memory_fraction. At least one sequence of max_model_len must fit.

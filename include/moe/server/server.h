@@ -1,7 +1,8 @@
 #pragma once
 // `moe serve`'s server: an OpenAI-compatible HTTP API over an Engine, with continuous batching.
 //   POST /v1/completions, POST /v1/chat/completions   (stream: server-sent events)
-//   GET /v1/models, GET /health, GET /metrics          (Prometheus text; src/server/metrics.h names the series)
+//   GET /v1/models, GET /health, GET /metrics          (Prometheus text; src/server/metrics.h names the
+//   series)
 // Errors are OpenAI's error object with the status: 400 bad JSON or field, 404 unknown model or path, 401
 // missing or wrong bearer token (with api_key set; every endpoint but /health), 413 a body over
 // kMaxBodyBytes, 503 a full queue or a stopping server.
@@ -22,9 +23,9 @@ inline constexpr size_t kMaxBodyBytes = size_t{4} << 20;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                 // 0: any free port (port() says which)
-  std::string served_model_name;   // what "model" must name and /v1/models lists
-  std::string api_key;             // empty: no authentication
+  int port = 8000;                // 0: any free port (port() says which)
+  std::string served_model_name;  // what "model" must name and /v1/models lists
+  std::string api_key;            // empty: no authentication
   // The chat template of /v1/chat/completions; none: it answers 400.
   std::optional<ChatTemplate> chat_template{};
   // The most requests waiting for a sequence before new ones are refused (503); 0: the engine's max_num_seqs.
