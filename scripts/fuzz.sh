@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-fuzz
-targets=(safetensors checkpoint_index moe_config model_config tokenizer_json tokenizer_text layer_input)
+targets=(safetensors checkpoint_index moe_config model_config tokenizer_json tokenizer_text layer_input chat_template)
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=OFF -DMOE_FUZZ=ON \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
@@ -18,7 +18,7 @@ if [ "${1:-}" = "--seeds" ]; then
   corpus=tests/fuzz/corpus
   rm -rf "$corpus"
   "$build/bin/fuzz_make_seeds" "$corpus"  # safetensors/ and layer_input/
-  mkdir -p "$corpus"/{checkpoint_index,moe_config,model_config,tokenizer_json,tokenizer_text}
+  mkdir -p "$corpus"/{checkpoint_index,moe_config,model_config,tokenizer_json,tokenizer_text,chat_template}
   cp tests/data/models/deepseek_v3/model.safetensors.index.json "$corpus/checkpoint_index/deepseek_v3.json"
   printf '{"metadata": {"total_size": 80}, "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"}}\n' \
     >"$corpus/checkpoint_index/two_shards.json"
@@ -33,6 +33,11 @@ if [ "${1:-}" = "--seeds" ]; then
   for d in tests/data/tokenizers/*/; do cp "$d/tokenizer.json" "$corpus/tokenizer_json/$(basename "$d").json"; done
   cp tests/data/models/qwen3_moe/tokenizer.json "$corpus/tokenizer_json/model_fixtures.json"
   cp tests/data/models/mixtral/tokenizer.json "$corpus/tokenizer_json/mixtral.json"
+  # The families' real chat templates, and one with its own messages after the part separator.
+  for f in tests/data/chat_templates/*.jinja; do cp "$f" "$corpus/chat_template/"; done
+  { cat tests/data/chat_templates/qwen3_moe.jinja; printf '\n#MOE-PART#\n'
+    printf '[{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>\\nr\\n</think>\\n\\na"}]'; } \
+    >"$corpus/chat_template/qwen3_moe-messages.jinja"
   # Byte 0 picks the tokenizer (tests/data/tokenizers in name order) and add/skip_special_tokens.
   i=0
   for text in "Hello world" "Hello, world! How are you?" "  two leading spaces" "tabs	and

@@ -6,6 +6,7 @@
 #include "moe/core/check.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <set>
 
@@ -55,8 +56,10 @@ Value item_attribute(const Json& item, const std::string& attribute) {
   for (;;) {
     const size_t dot = attribute.find('.', start);
     const std::string part = attribute.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    v = numeric ? get_item(v, Value::of(std::stoll(part))) : get_item(v, Value::of(part));
+    int64_t index = 0;
+    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit) &&
+                         std::from_chars(part.data(), part.data() + part.size(), index).ec == std::errc();
+    v = numeric ? get_item(v, Value::of(index)) : get_item(v, Value::of(part));
     if (dot == std::string::npos || v.is_undefined()) return v;
     start = dot + 1;
   }

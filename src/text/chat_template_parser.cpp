@@ -7,6 +7,7 @@
 #include "moe/core/check.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <initializer_list>
 
 namespace moe::chat {
@@ -498,7 +499,8 @@ class Parser {
       case Token::Kind::floating: {
         ++i_;
         auto node = make(Expr::Kind::literal, tok.line);
-        node->value = std::stod(tok.text);
+        // strtod, not stod: an out-of-range literal is inf or 0, as Python's float() makes it, not an exception.
+        node->value = std::strtod(tok.text.c_str(), nullptr);
         return node;
       }
       default: break;
@@ -560,7 +562,11 @@ class Parser {
           attr->kind = Expr::Kind::item;
           attr->items.push_back(std::move(node));
           auto index = make(Expr::Kind::literal, line);
-          index->value = std::stoll(next().text);
+          const Token& digits = next();
+          int64_t i = 0;
+          const auto res = std::from_chars(digits.text.data(), digits.text.data() + digits.text.size(), i);
+          MOE_CHECK(res.ec == std::errc(), "line {}: index {} is out of range", digits.line, digits.text);
+          index->value = i;
           attr->items.push_back(std::move(index));
         } else {
           attr->name = expect_name();

@@ -18,13 +18,7 @@ namespace moe::chat {
 using Json = nlohmann::ordered_json;
 
 struct Value;
-
-// Arguments of a call: positional, then keyword in source order.
-struct CallArgs {
-  std::vector<Value> positional{};
-  std::vector<std::pair<std::string, Value>> keyword{};
-  size_t positional_used = 0;  // how many positional arguments the callee has read
-};
+struct CallArgs;
 
 using Function = std::function<Value(CallArgs&)>;
 
@@ -55,6 +49,13 @@ struct Value {
   bool is_string() const { return is_data() && data.is_string(); }
   bool is_none() const { return is_data() && data.is_null(); }
   const std::string& str() const { return data.get_ref<const std::string&>(); }
+};
+
+// Arguments of a call: positional, then keyword in source order.
+struct CallArgs {
+  std::vector<Value> positional{};
+  std::vector<std::pair<std::string, Value>> keyword{};
+  size_t positional_used = 0;  // how many positional arguments the callee has read
 };
 
 // Python's bool(x).

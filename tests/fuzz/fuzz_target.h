@@ -41,6 +41,7 @@ int fuzz_model_config(const uint8_t* data, size_t size);
 int fuzz_tokenizer_json(const uint8_t* data, size_t size);
 int fuzz_tokenizer_text(const uint8_t* data, size_t size);
 int fuzz_layer_input(const uint8_t* data, size_t size);
+int fuzz_chat_template(const uint8_t* data, size_t size);
 
 [[noreturn]] void invariant_failed(const char* condition, const std::string& message);
 

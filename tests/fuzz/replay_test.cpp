@@ -19,7 +19,7 @@ const std::map<std::string, Target>& targets() {
       {"safetensors", fuzz_safetensors},         {"checkpoint_index", fuzz_checkpoint_index},
       {"moe_config", fuzz_moe_config},           {"model_config", fuzz_model_config},
       {"tokenizer_json", fuzz_tokenizer_json},   {"tokenizer_text", fuzz_tokenizer_text},
-      {"layer_input", fuzz_layer_input}};
+      {"layer_input", fuzz_layer_input},         {"chat_template", fuzz_chat_template}};
   return all;
 }
 
@@ -49,7 +49,7 @@ TEST_P(FuzzReplay, SeedCorpusAndRegressionsRunClean) {
 
 INSTANTIATE_TEST_SUITE_P(Targets, FuzzReplay,
                          testing::Values("safetensors", "checkpoint_index", "moe_config", "model_config",
-                                         "tokenizer_json", "tokenizer_text", "layer_input"),
+                                         "tokenizer_json", "tokenizer_text", "layer_input", "chat_template"),
                          [](const auto& info) { return info.param; });
 
 TEST(FuzzParts, SplitsOnTheSeparator) {

@@ -3,7 +3,7 @@
 // rendered exactly as transformers' apply_chat_template(messages, tokenize=False, ...) does. transformers
 // renders with jinja2's ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
 // extensions=[loopcontrols]) plus raise_exception, strftime_now and a tojson that keeps non-ASCII text; this
-// is an evaluator of the Jinja subset that real templates use, over nlohmann::json values, tested byte for
+// is an evaluator of the Jinja subset that real templates use, over (ordered) JSON values, tested byte for
 // byte against jinja2 on the templates of every supported family.
 //
 // NOTE: a C++ evaluator rather than embedding Python's jinja2: no C++ Jinja library is packaged in Debian or
@@ -14,10 +14,13 @@
 // `if` filter, else, loop.*, break/continue), set (also block set and namespace attributes), macro/call,
 // filter blocks, raw; expressions with literals, lists, dicts, tuples, attribute and item access, slices,
 // calls, the operators of Jinja (~ ** // % in, not in, is [not], a if b else c); the filters and tests those
-// templates use, and the str / dict methods they call. An unknown tag, filter or test is a moe::Error naming
-// the template and the line when it loads; include / import / extends, recursive loops and loop.cycle are
-// not supported. Known differences from jinja2: a tuple prints as a list; upper / lower / title / capitalize
-// change ASCII letters only.
+// templates use, and the str / dict / list methods they call. An unknown tag, filter or test is a
+// moe::Error naming the template and the line when it loads (a filter or test inside an if or a conditional
+// expression when it runs, as jinja2 does); include / import / extends, recursive loops and loop.cycle are
+// not supported. A render stops with an error past 1M loop iterations, 64 MiB of output or 200 nested macro
+// calls. Known differences from jinja2: a tuple prints as a list; upper / lower / title / capitalize change
+// ASCII letters only; map(attribute=) of an item without it is an error (jinja2 gives undefined items); no
+// Markup (safe / escape give plain strings).
 
 #include <nlohmann/json.hpp>
 
