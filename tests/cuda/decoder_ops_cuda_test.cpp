@@ -154,7 +154,7 @@ TEST_F(CudaOps, PagedAttentionPrefillThenDecode) {
   SKIP_WITHOUT_GPU();
   const int64_t heads = 8, kv_heads = 2, D = 64, row = kv_heads * D;
   ModelKvCache cpu_cache(this, 1, 2, 64, row, row);
-  ModelKvCache gpu_cache(this, 1, 2, 64, row, row,
+  ModelKvCache gpu_cache(this, 1, 2, 64, row, row, /*num_blocks=*/0,
                          [&](std::vector<int64_t> s) { return gpu_->kv_blocks(s); });
   const model::AttentionShape shape{.heads = heads, .kv_heads = kv_heads, .dk = D, .dv = D, .scale = 0.125};
   for (const auto& counts : {std::vector<int64_t>{37, 5}, std::vector<int64_t>{1, 1}}) {
