@@ -23,7 +23,9 @@
 #include "moe/engine/engine.h"
 #include "moe/engine/expert_parallel.h"
 #include "moe/engine/generation.h"
+#include "moe/ep/launcher.h"
 #include "moe/ep/transfer.h"
+#include "moe/model/model_config.h"
 #include "moe/text/tokenizer.h"
 
 namespace moe::cli {
@@ -162,12 +164,26 @@ void run_generate(const GenerateArgs& a) {
             "give token ids with --prompt-ids 1,2,3 instead", tokenizer_file.string());
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& ids : a.prompt_ids) prompts.push_back(parse_id_list(ids, "--prompt-ids"));
+  // Text is encoded with the tokenizer's special tokens (Llama's leading <s>), as transformers' tokenizer()
+  // does by default. Prompts are known before the model loads, so that its KV cache holds what this run needs.
+  std::optional<Tokenizer> tokenizer_storage;
+  if (!a.prompts.empty()) tokenizer_storage = Tokenizer::load(tokenizer_file);
+  for (const std::string& text : a.prompts)
+    prompts.push_back(tokenizer_storage->encode(text, /*add_special_tokens=*/true));
+  const int64_t max_positions = model::load_model_config(dir).max_position_embeddings;
+  const int64_t max_new_tokens = fit_max_new_tokens(prompts, a.max_new_tokens, max_positions, ep::launcher_rank() == 0);
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
 
   // --max-batched-tokens is the step budget; the CUDA MoE blocks' workspace and the expert-parallel buffers
   // follow from it (engine_options.h).
   engine::EngineOptions options;
   options.max_num_batched_tokens = a.max_batched_tokens;
   options.max_num_seqs = static_cast<int64_t>(a.prompts.size() + a.prompt_ids.size());  // one batch
+  // NOTE: the KV cache is sized for this run's longest sequence, not the model's whole context: on a GPU the
+  // pool is allocated up front.
+  options.max_model_len = std::max<int64_t>(1, static_cast<int64_t>(longest) + max_new_tokens);
+  options.load_tokenizer = false;
 
   // Expert parallelism: every rank runs the whole model on the same prompts (attention replicated), the MoE
   // blocks exchange tokens between ranks and end with the same output bytes on every rank
@@ -197,19 +213,15 @@ void run_generate(const GenerateArgs& a) {
   }
   std::optional<TraceWriter> trace;  // opened once the model is loaded
   if (!a.trace.empty() && root) options.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
-  // Token ids need no tokenizer: with --prompt-ids it is read only to show the text, after the run.
-  options.load_tokenizer = !a.prompts.empty();
   const std::unique_ptr<engine::Engine> engine = engine::Engine::load(dir, options);
   progress.clear();
   const model::ModelInfo& info = engine->info();
-  const Tokenizer* tokenizer = engine->tokenizer();
-  // Text is encoded with the tokenizer's special tokens (Llama's leading <s>), as transformers' tokenizer()
-  // does by default.
-  for (const std::string& text : a.prompts) prompts.push_back(tokenizer->encode(text, /*add_special_tokens=*/true));
+  // Token ids need no tokenizer: with --prompt-ids it is read only to show the text, after the run.
+  const Tokenizer* tokenizer = tokenizer_storage ? &*tokenizer_storage : nullptr;
 
   if (options.on_routing) trace.emplace(a.trace);
   engine::GenerationOptions generation;
-  generation.max_new_tokens = fit_max_new_tokens(prompts, a.max_new_tokens, info.max_position_embeddings, root);
+  generation.max_new_tokens = max_new_tokens;
   generation.sampling = sampling;
   generation.progress = [&](const std::string& line) { progress.show(line); };
   const engine::GenerationResult result = engine::generate(*engine, prompts, generation);
