@@ -150,7 +150,7 @@ Run add_serve_command(CLI::App& app) {
                   "the most tokens in one step: decode tokens, then prompt chunks (default 2048)");
   cmd->add_option(
       "--gpu-memory-utilization", args->gpu_memory_utilization,
-      "the fraction of available memory the KV cache may take (default 0.9; the pool is in host memory)");
+      "the fraction of the free memory where the KV cache lives (the host's; the GPU's with --backend cuda) that its block pool may take (default 0.9)");
   cmd->add_option(
       "--chat-template", args->chat_template,
       "a Jinja chat template file for /v1/chat/completions (default: the model's tokenizer_config.json)");

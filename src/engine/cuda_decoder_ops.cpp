@@ -267,6 +267,12 @@ class CudaDecoderOps final : public model::DecoderOps {
     return cuda::device_empty(DType::F32, std::move(shape), stream_);
   }
 
+  int64_t memory_available() const override {
+    size_t free = 0, total = 0;
+    MOE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return static_cast<int64_t>(free);
+  }
+
   Tensor to_host(const Tensor& x) override {
     return x.device() == Device::cuda ? staging_.to_host(x, stream_) : x;
   }

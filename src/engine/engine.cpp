@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 
 #include "load_counter.h"
 #include "moe/core/check.h"
@@ -60,20 +58,6 @@ std::unique_ptr<model::CausalLM> load_model(const fs::path& dir, const model::Mo
 }
 
 int64_t blocks_for(int64_t tokens, int64_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
-
-// The host's MemAvailable in bytes (/proc/meminfo); 0 where it cannot be read.
-int64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.starts_with("MemAvailable:")) continue;
-    std::istringstream fields(line.substr(13));
-    int64_t kib = 0;
-    fields >> kib;
-    return kib * 1024;
-  }
-  return 0;
-}
 
 // The logits' log-softmax at the sampled token and at the n most likely tokens.
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int n) {
@@ -138,7 +122,7 @@ Engine::Engine(std::unique_ptr<model::CausalLM> owned, model::CausalLM& model, s
     blocks = checked_mul(options_.max_num_seqs, per_sequence, "KV cache blocks");
     if (options_.kv_cache_memory_fraction > 0.0)
       blocks = std::min(blocks, static_cast<int64_t>(options_.kv_cache_memory_fraction *
-                                                     static_cast<double>(available_memory_bytes()) /
+                                                     static_cast<double>(model_->kv_memory_available()) /
                                                      static_cast<double>(probe->block_bytes())));
   }
   MOE_CHECK(blocks >= per_sequence,

@@ -14,6 +14,7 @@
 #include "moe_block.h"
 #include "rope.h"
 #include "weight_reader.h"
+#include "moe/core/host_memory.h"
 #include "moe/model/model_config.h"
 
 namespace moe::model {
@@ -69,6 +70,7 @@ class Model final : public CausalLM {
   }
 
   const ModelInfo& info() const override { return info_; }
+  int64_t kv_memory_available() const override { return ops_->memory_available(); }
 
   std::unique_ptr<KvCache> new_cache(int64_t num_sequences, int64_t max_length) const override {
     return new_paged_cache(num_sequences, max_length, 0);
@@ -234,6 +236,8 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& dir, const
   MOE_CHECK(ops != nullptr, "load_causal_lm needs the decoder's ops");
   return std::make_unique<Model>(dir, options, std::move(ops));
 }
+
+int64_t CausalLM::kv_memory_available() const { return host_available_memory(); }
 
 std::unique_ptr<CausalLM> CausalLM::load(const std::filesystem::path& dir, const ModelOptions& options) {
   return load_causal_lm(dir, options, make_cpu_decoder_ops());

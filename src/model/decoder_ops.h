@@ -15,6 +15,7 @@
 #include "kv_cache.h"
 #include "rope.h"
 #include "moe/core/expert_batch.h"
+#include "moe/core/host_memory.h"
 #include "moe/model/causal_lm.h"
 
 namespace moe::model {
@@ -88,6 +89,8 @@ class DecoderOps {
   virtual Tensor kv_blocks(std::vector<int64_t> shape) = 0;
   // x as a host tensor (itself where it already is one): the logits and the routing the caller reads.
   virtual Tensor to_host(const Tensor& x) = 0;
+  // Bytes free for kv_blocks on the ops' device (the host's available memory here; a GPU's ops say theirs).
+  virtual int64_t memory_available() const { return host_available_memory(); }
 };
 
 // The CPU's ops (src/cpu/), in fp32.

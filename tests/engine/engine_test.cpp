@@ -301,6 +301,21 @@ TEST(Engine, StopIdsMaxModelLenAndLogprobs) {
   EXPECT_THROW(Engine(model, o), Error);
 }
 
+// The pool's share of memory is of the model's free memory where its cache lives (the host's, or a GPU's).
+TEST(Engine, TheKvPoolTakesItsFractionOfTheModelsFreeMemory) {
+  ToyModel model;
+  model.kv_memory = 40 * 64;  // 40 of the toy's 64-byte blocks
+  EngineOptions o;
+  o.max_num_seqs = 4;  // 4 x 16 blocks of 4 tokens at max_model_len 64 wanted
+  o.kv_cache_memory_fraction = 0.5;
+  EXPECT_EQ(Engine(model, o).kv_usage().total_blocks, 20);
+  o.kv_cache_memory_fraction = 0.0;  // no cap: room for every sequence
+  EXPECT_EQ(Engine(model, o).kv_usage().total_blocks, 64);
+  model.kv_memory = 10 * 64;  // less than one sequence of max_model_len
+  o.kv_cache_memory_fraction = 0.9;
+  EXPECT_THROW(Engine(model, o), Error);
+}
+
 TEST(Engine, BadRequestsAndOptionsAreErrors) {
   ToyModel model;
   Engine engine(model, engine_options(8));

@@ -36,7 +36,10 @@ class ToyModel : public model::CausalLM {
   Tensor forward(std::span<const std::vector<int32_t>> new_tokens, model::KvCache& kv, bool last_only,
                  const model::RoutingObserver& observer) override;
 
+  int64_t kv_memory_available() const override { return kv_memory; }
+
   std::vector<int64_t> forward_tokens;  // tokens in each forward, in call order
+  int64_t kv_memory = int64_t{1} << 30;  // what kv_memory_available() says
 
  private:
   model::ModelInfo info_;

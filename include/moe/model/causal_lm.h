@@ -108,6 +108,9 @@ class CausalLM {
   // max_length needs: a scheduler then preempts a sequence when the pool runs out).
   virtual std::unique_ptr<KvCache> new_paged_cache(int64_t num_sequences, int64_t max_length,
                                                    int64_t num_blocks) const = 0;
+  // Bytes free where the KV cache lives, after the weights: the host's available memory (the default), or
+  // the GPU's free memory for the decoder on a GPU. A scheduler sizes its block pool as a fraction of it.
+  virtual int64_t kv_memory_available() const;
 
   // Appends new_tokens[s] to sequence s (a sequence may get none) and runs them through the model in one
   // batch: the MoE blocks see all the batch's tokens at once, attention each sequence against its own
