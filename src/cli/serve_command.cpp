@@ -92,7 +92,7 @@ void run_serve(const ServeArgs& a) {
   options.max_num_seqs = a.max_num_seqs;
   options.max_num_batched_tokens = a.max_num_batched_tokens;
   options.max_model_len = a.max_model_len;
-  // NOTE: the KV pool lives in host memory on both backends today, so the fraction is of that.
+  // The fraction is of the free memory where the KV pool lives: the GPU's with the cuda backend.
   options.kv_cache_memory_fraction = a.gpu_memory_utilization;
   options.model.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
   options.model.cpu_experts = engine::default_cpu_experts(dir);
@@ -102,6 +102,9 @@ void run_serve(const ServeArgs& a) {
     options.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
   }
   const std::unique_ptr<engine::Engine> engine = engine::Engine::load(dir, options);
+  const engine::KvUsage kv = engine->kv_usage();
+  fmt::print(stderr, "KV cache: {} blocks of {} tokens ({} tokens; max_model_len {})\n", kv.total_blocks,
+             kv.block_tokens, kv.total_blocks * kv.block_tokens, engine->max_model_len());
 
   server::ServerOptions server_options{
       .host = a.host,
@@ -140,7 +143,7 @@ Run add_serve_command(CLI::App& app) {
                   "the model name the API answers to and lists (default: the --model value)");
   cmd->add_option("--api-key", args->api_key,
                   "require 'Authorization: Bearer KEY' on every endpoint but /health");
-  cmd->add_option("--backend", args->backend, "cpu, or cuda (the MoE blocks on the GPU)")
+  cmd->add_option("--backend", args->backend, "cpu, or cuda (the whole decoder on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option(
       "--max-model-len", args->max_model_len,
