@@ -46,6 +46,16 @@ void check_logits(const Tensor& logits, int64_t rows) {
   MOE_CHECK(logits.dtype() == DType::F32 && logits.dim() == 2 && logits.size(0) == rows && logits.is_contiguous(),
             "the model returned logits {} {}, expected a contiguous F32 [{}, vocab]", dtype_name(logits.dtype()),
             logits.shape_string(), rows);
+  // NOTE: an exponent of all ones (Inf or NaN) as a bit test, which vectorises where std::isfinite does not:
+  // this runs on every step, over [rows, vocab].
+  const uint32_t* bits = static_cast<const uint32_t*>(logits.data());
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < logits.numel(); ++i) bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  if (bad == 0) return;
+  int64_t first = 0;
+  while ((bits[first] & 0x7f800000u) != 0x7f800000u) ++first;
+  MOE_FAIL("the model's logits are not finite (row {} of the step): a layer overflowed or the weights hold NaN or "
+           "Inf (the CPU backend names the layer)", first / logits.size(1));
 }
 
 // The cuda backend runs the whole decoder on the GPU, except under expert parallelism (a moe_block function),

@@ -316,6 +316,15 @@ TEST(Engine, TheKvPoolTakesItsFractionOfTheModelsFreeMemory) {
   EXPECT_THROW(Engine(model, o), Error);
 }
 
+// A non-finite logit (a model on a GPU, whose blocks are not checked one by one) is an error, not a token.
+TEST(Engine, NonFiniteLogitsAreAnError) {
+  ToyModel model;
+  model.nan_logits = true;
+  Engine engine(model, EngineOptions{});
+  engine.submit({.prompt = {1, 2}, .max_new_tokens = 2});
+  EXPECT_THROW(engine.step(), Error);
+}
+
 TEST(Engine, BadRequestsAndOptionsAreErrors) {
   ToyModel model;
   Engine engine(model, engine_options(8));

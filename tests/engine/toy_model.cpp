@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "moe/core/check.h"
@@ -97,6 +99,7 @@ Tensor ToyModel::forward(std::span<const std::vector<int32_t>> new_tokens, model
     ++rows;
   }
   forward_tokens.push_back(batch_tokens);
+  if (nan_logits) std::fill(logits.begin(), logits.end(), std::numeric_limits<float>::quiet_NaN());
   return Tensor::from_f32({rows, kVocab}, logits);
 }
 

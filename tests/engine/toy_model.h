@@ -40,6 +40,7 @@ class ToyModel : public model::CausalLM {
 
   std::vector<int64_t> forward_tokens;  // tokens in each forward, in call order
   int64_t kv_memory = int64_t{1} << 30;  // what kv_memory_available() says
+  bool nan_logits = false;               // every forward's logits NaN (a model whose weights hold NaN)
 
  private:
   model::ModelInfo info_;
