@@ -34,19 +34,6 @@ using nlohmann::json;
 
 const fs::path kModels = fs::path(MOE_TEST_DATA) / "models";
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 json read_json(const fs::path& path) { return json::parse(read_file(path)); }
 
 std::string id_list(const std::vector<int32_t>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }

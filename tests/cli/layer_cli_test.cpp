@@ -27,6 +27,7 @@
 #include "moe/core/safetensors.h"
 #include "moe_reference_f64.h"
 #include "random_moe_case.h"
+#include "run_command.h"
 #include "scoped_env.h"
 #include "temp_dir.h"
 #include "test_random.h"
@@ -54,12 +55,6 @@ constexpr double kTolerance = 1e-5;  // normwise relative error of hidden_states
 constexpr double kAmbiguousMargin = 1e-5;
 
 // ---- running the binary ------------------------------------------------------------------------------
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -20,6 +20,7 @@
 
 #include "moe/core/safetensors.h"
 #include "random_moe_case.h"
+#include "run_command.h"
 #include "temp_dir.h"
 #include "test_random.h"
 
@@ -35,19 +36,6 @@ using nlohmann::json;
 
 const fs::path kModels = fs::path(MOE_TEST_DATA) / "models";
 const fs::path kTokenizers = fs::path(MOE_TEST_DATA) / "tokenizers";
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 struct RunResult {
   int exit_code = -1;

@@ -15,12 +15,6 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kData = fs::path(MOE_TEST_DATA) / "tokenizers";
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
-
 struct Output {
   CommandResult result;
   std::string out;

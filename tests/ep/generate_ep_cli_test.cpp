@@ -30,13 +30,6 @@ std::string mpirun(int ranks) {
          std::to_string(ranks) + " ";
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // The trace's lines without their weights (which a different summation order may change in the last bit).
 std::vector<std::string> routing_lines(const fs::path& trace) {
   std::vector<std::string> lines;

@@ -28,13 +28,6 @@ using nlohmann::json;
 
 const fs::path kModels = fs::path(MOE_TEST_DATA) / "models";
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 struct RankFigures {
   int64_t tokens = 0, copies_sent = 0, copies_received = 0, pairs_served = 0, bytes_sent = 0, bytes_received = 0;
   bool operator==(const RankFigures&) const = default;

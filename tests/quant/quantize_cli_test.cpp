@@ -24,13 +24,6 @@ using nlohmann::json;
 
 const fs::path kModels = fs::path(MOE_TEST_DATA) / "models";
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 struct Output {
   CommandResult result;
   std::string out;

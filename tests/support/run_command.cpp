@@ -17,4 +17,17 @@ CommandResult run_command(const std::filesystem::path& scratch, const std::strin
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
 }
 
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 }  // namespace moe::test
