@@ -102,9 +102,6 @@ void run_serve(const ServeArgs& a) {
     options.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
   }
   const std::unique_ptr<engine::Engine> engine = engine::Engine::load(dir, options);
-  const engine::KvUsage kv = engine->kv_usage();
-  fmt::print(stderr, "KV cache: {} blocks of {} tokens ({} tokens; max_model_len {})\n", kv.total_blocks,
-             kv.block_tokens, kv.total_blocks * kv.block_tokens, engine->max_model_len());
 
   server::ServerOptions server_options{
       .host = a.host,
@@ -117,6 +114,9 @@ void run_serve(const ServeArgs& a) {
     server_options.chat_template = ChatTemplate::load(dir);
   server::Server server(*engine, server_options);
   server.bind();
+  const engine::KvUsage kv = engine->kv_usage();
+  fmt::print(stderr, "KV cache: {} blocks of {} tokens ({} tokens; max_model_len {})\n", kv.total_blocks,
+             kv.block_tokens, kv.total_blocks * kv.block_tokens, engine->max_model_len());
   std::thread waiter([&] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
