@@ -6,10 +6,13 @@
 
 #include "moe/core/float_convert.h"
 #include "moe/quant/fp8_block.h"
+#include "error_of.h"
 #include "test_random.h"
 
 namespace moe::quant {
 namespace {
+
+using test::error_of;
 
 TEST(Fp8E4m3, SaturatesAndKeepsNan) {
   EXPECT_EQ(fp8_e4m3_saturate(448.0f), 0x7e);  // S.1111.110: the largest finite value
@@ -78,15 +81,6 @@ TEST(Fp8Block, PartialEdgeBlocksAndFusedExperts) {
   const Tensor bf16 = dequantize_fp8_block(q.values, q.scale_inv, {}, DType::BF16, "x");
   EXPECT_EQ(bf16.dtype(), DType::BF16);
   EXPECT_EQ(bf16_to_f32(bf16.data_as<uint16_t>()[7]), bf16_to_f32(f32_to_bf16(back.data_as<float>()[7])));
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Fp8Block, BadScalesNameTheTensor) {

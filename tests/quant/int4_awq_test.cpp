@@ -5,10 +5,13 @@
 
 #include "moe/core/float_convert.h"
 #include "moe/quant/int4_awq.h"
+#include "error_of.h"
 #include "test_random.h"
 
 namespace moe::quant {
 namespace {
+
+using test::error_of;
 
 TEST(AwqInt4, PacksInAutoAwqOrder) {
   // Nibble i holds output kAwqPackOrder[i] = 0, 2, 4, 6, 1, 3, 5, 7 (AutoAWQ's order_map).
@@ -58,15 +61,6 @@ TEST(AwqInt4, RoundTripWithinHalfAStep) {
       // Half a step from rounding, plus the zero point's own rounding (at most another half step).
       EXPECT_LE(std::fabs(x - y), 1.0001f * s) << n << "," << k;
     }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(AwqInt4, BadInputsAreClearErrors) {

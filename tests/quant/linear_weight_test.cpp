@@ -5,20 +5,14 @@
 #include "moe/core/float_convert.h"
 #include "moe/quant/int4_awq.h"
 #include "moe/quant/linear_weight.h"
+#include "error_of.h"
 #include "temp_dir.h"
 #include "test_random.h"
 
 namespace moe::quant {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 QuantScheme fp8_scheme() {
   QuantScheme s;

@@ -10,10 +10,13 @@
 #include <sstream>
 
 #include "moe/core/check.h"
+#include "error_of.h"
 #include "temp_dir.h"
 
 namespace moe {
 namespace {
+
+using test::error_of;
 
 namespace fs = std::filesystem;
 
@@ -35,18 +38,6 @@ nlohmann::ordered_json read_ordered(const fs::path& path) { return nlohmann::ord
 void write_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
-}
-
-// The message of the moe::Error that `f` throws; fails the test when it throws none.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no moe::Error was thrown";
-  return "";
 }
 
 ChatTemplate family_template(const std::string& family) {
