@@ -4,7 +4,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "moe/bench/bench.h"
+#include "bench/bench.h"
 #include "moe/layer/random_weights.h"
 
 namespace moe::cli {

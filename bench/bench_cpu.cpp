@@ -1,6 +1,6 @@
 // `moe bench --backend cpu`: one whole MoE layer on the CPU (router, prepare, fast experts with the fused
 // finalize) of a model's shape, timed against the floor max(touched weight bytes / read bandwidth,
-// flops / peak), with both ceilings measured in the same run (moe/cpu/ceilings.h). Weights are cold: the
+// flops / peak), with both ceilings measured in the same run (cpu/ceilings.h). Weights are cold: the
 // runs rotate over several layers whose expert weights together exceed the last-level cache many times, as
 // a real model's layers do; each run's input differs, so do its touched experts. Memory is bounded
 // (--max-gib): where a shape's layers would not fit (DeepSeek-V3: 256 × 88 MB), expert e aliases physical
@@ -12,10 +12,10 @@
 #include <cmath>
 #include <map>
 
-#include "moe/bench/bench.h"
+#include "bench/bench.h"
 #include "moe/core/check.h"
-#include "moe/core/thread_pool.h"
-#include "moe/cpu/ceilings.h"
+#include "core/thread_pool.h"
+#include "cpu/ceilings.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
 

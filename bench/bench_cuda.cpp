@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "moe/bench/bench.h"
-#include "moe/core/float_convert.h"
-#include "moe/cuda/captured_graph.h"
-#include "moe/cuda/check.h"
-#include "moe/cuda/device_buffer.h"
+#include "bench/bench.h"
+#include "core/float_convert.h"
+#include "cuda/captured_graph.h"
+#include "cuda/check.h"
+#include "cuda/device_buffer.h"
 #include "moe/layer/cuda_stages.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"

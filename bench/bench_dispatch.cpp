@@ -17,9 +17,9 @@
 #include <numeric>
 #include <random>
 
-#include "moe/bench/bench.h"
-#include "moe/core/output_file.h"
-#include "moe/ep/dispatch_combine.h"
+#include "bench/bench.h"
+#include "core/output_file.h"
+#include "ep/dispatch_combine.h"
 #include "moe/layer/random_weights.h"
 
 namespace moe::cli {

@@ -13,10 +13,10 @@
 #include <cmath>
 #include <fstream>
 
-#include "moe/bench/bench.h"
-#include "moe/core/output_file.h"
-#include "moe/cuda/device_buffer.h"
-#include "moe/ep/cuda_ep_exchange.h"
+#include "bench/bench.h"
+#include "core/output_file.h"
+#include "cuda/device_buffer.h"
+#include "ep/cuda_ep_exchange.h"
 #include "moe/layer/random_weights.h"
 
 namespace moe::cli {

@@ -4,7 +4,7 @@
 // `moe bench --write-model DIR` writes the random-weight checkpoint it is usually run on: Qwen3-MoE's
 // shape (hidden 2048, 32 heads / 4 KV heads of 128, 128 experts of 768, top 8) with fewer layers and a
 // 32000 vocabulary, BF16, through our own checkpoint writer.
-#include "moe/bench/bench_model.h"
+#include "bench/bench_model.h"
 
 #include <fmt/core.h>
 
@@ -16,9 +16,9 @@
 
 #include "moe/core/check.h"
 #include "moe/core/checkpoint.h"
-#include "moe/core/float_convert.h"
-#include "moe/core/thread_pool.h"
-#include "moe/cpu/ceilings.h"
+#include "core/float_convert.h"
+#include "core/thread_pool.h"
+#include "cpu/ceilings.h"
 #include "moe/model/causal_lm.h"
 #include "moe/model/model_config.h"
 

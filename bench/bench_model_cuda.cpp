@@ -13,10 +13,10 @@
 #include <cmath>
 #include <random>
 
-#include "moe/bench/bench.h"
-#include "moe/bench/bench_model.h"
+#include "bench/bench.h"
+#include "bench/bench_model.h"
 #include "moe/core/checkpoint.h"
-#include "moe/engine/cuda_model.h"
+#include "engine/cuda_model.h"
 #include "moe/model/model_config.h"
 
 namespace moe::cli {

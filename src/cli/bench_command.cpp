@@ -4,12 +4,12 @@
 
 #include <sstream>
 
-#include "moe/bench/bench.h"
-#include "moe/bench/bench_model.h"
+#include "bench/bench.h"
+#include "bench/bench_model.h"
 #include "commands.h"
 #include "validators.h"
 #include "moe/core/check.h"
-#include "moe/core/output_file.h"
+#include "core/output_file.h"
 
 namespace moe::cli {
 

@@ -2,9 +2,9 @@
 
 #include <fmt/core.h>
 
-#include "moe/cpu/fast_experts.h"
-#include "moe/ep/communicator.h"
-#include "moe/ep/device_communicator.h"
+#include "cpu/fast_experts.h"
+#include "ep/communicator.h"
+#include "ep/device_communicator.h"
 
 namespace moe::cli {
 

@@ -10,8 +10,8 @@
 #include "commands.h"
 #include "validators.h"
 #include "layer_cuda.h"
-#include "moe/core/thread_pool.h"
-#include "moe/cpu/fast_experts.h"
+#include "core/thread_pool.h"
+#include "cpu/fast_experts.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "moe/ep/transfer.h"
+#include "ep/transfer.h"
 
 namespace moe::cli {
 

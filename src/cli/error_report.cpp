@@ -5,7 +5,7 @@
 #include <chrono>
 #include <thread>
 
-#include "moe/ep/launcher.h"
+#include "ep/launcher.h"
 
 namespace moe::cli {
 

@@ -19,12 +19,12 @@
 #include "validators.h"
 #include "id_list.h"
 #include "moe/core/check.h"
-#include "moe/core/output_file.h"
+#include "core/output_file.h"
 #include "moe/engine/engine.h"
-#include "moe/engine/expert_parallel.h"
+#include "engine/expert_parallel.h"
 #include "moe/engine/generation.h"
-#include "moe/ep/launcher.h"
-#include "moe/ep/transfer.h"
+#include "ep/launcher.h"
+#include "ep/transfer.h"
 #include "moe/model/model_config.h"
 #include "moe/text/tokenizer.h"
 
@@ -187,7 +187,7 @@ void run_generate(const GenerateArgs& a) {
 
   // Expert parallelism: every rank runs the whole model on the same prompts (attention replicated), the MoE
   // blocks exchange tokens between ranks and end with the same output bytes on every rank
-  // (moe/engine/expert_parallel.h); the ranks compute identical logits and so pick identical tokens. Rank 0 alone prints and writes files.
+  // (engine/expert_parallel.h); the ranks compute identical logits and so pick identical tokens. Rank 0 alone prints and writes files.
   std::unique_ptr<engine::ExpertParallel> ep;  // outlives the engine, whose model's MoE blocks hold its communicators
   MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
             "--placement, --ep-transfer and --ep-combine need --ep");

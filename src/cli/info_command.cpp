@@ -8,10 +8,10 @@
 #include "commands.h"
 #include "moe/core/check.h"
 #include "moe/core/checkpoint.h"
-#include "moe/core/thread_pool.h"
+#include "core/thread_pool.h"
 #include "moe/engine/engine.h"
 #if MOE_WITH_CUDA
-#include "moe/cuda/device_info.h"
+#include "cuda/device_info.h"
 #endif
 
 namespace moe::cli {

@@ -6,7 +6,7 @@
 #include "commands.h"
 #include "validators.h"
 #include "moe/core/checkpoint.h"
-#include "moe/core/output_file.h"
+#include "core/output_file.h"
 #include "moe/core/safetensors.h"
 #include "layer_cuda.h"
 #include "ep_wires.h"

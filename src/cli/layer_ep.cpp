@@ -2,10 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moe/core/output_file.h"
+#include "core/output_file.h"
 #include "moe/core/safetensors.h"
-#include "moe/ep/data_parallel.h"
-#include "moe/ep/ep_layer.h"
+#include "ep/data_parallel.h"
+#include "ep/ep_layer.h"
 
 namespace moe::cli {
 

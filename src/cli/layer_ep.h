@@ -3,9 +3,9 @@
 
 #include <string>
 
-#include "moe/ep/data_parallel.h"
-#include "moe/ep/placement.h"
-#include "moe/ep/transfer.h"
+#include "ep/data_parallel.h"
+#include "ep/placement.h"
+#include "ep/transfer.h"
 #include "moe/layer/moe_config.h"
 #include "moe/layer/moe_weights.h"
 

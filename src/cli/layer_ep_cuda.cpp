@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "moe/ep/data_parallel.h"
-#include "moe/ep/ep_layer.h"
+#include "ep/data_parallel.h"
+#include "ep/ep_layer.h"
 
 namespace moe::cli::detail {
 

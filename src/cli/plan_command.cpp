@@ -6,10 +6,10 @@
 
 #include "commands.h"
 #include "validators.h"
-#include "moe/core/text_file.h"
+#include "core/text_file.h"
 #include "moe/core/check.h"
-#include "moe/engine/quantize_checkpoint.h"
-#include "moe/ep/memory_plan.h"
+#include "engine/quantize_checkpoint.h"
+#include "ep/memory_plan.h"
 #include "moe/layer/moe_config.h"
 
 namespace moe::cli {

@@ -9,8 +9,8 @@
 
 #include "commands.h"
 #include "moe/core/check.h"
-#include "moe/engine/quantize_checkpoint.h"
-#include "moe/ep/memory_plan.h"
+#include "engine/quantize_checkpoint.h"
+#include "ep/memory_plan.h"
 #include "moe/layer/moe_config.h"
 
 namespace moe::cli {

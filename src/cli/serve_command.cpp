@@ -1,4 +1,4 @@
-// moe serve: an OpenAI-compatible server over a model directory (moe/server/server.h), with vLLM's flag
+// moe serve: an OpenAI-compatible server over a model directory (server/server.h), with vLLM's flag
 // names. The command turns flags into EngineOptions and ServerOptions, prints one line once it accepts
 // requests, and stops cleanly on SIGINT or SIGTERM (a thread waits for them; every other thread has them
 // blocked).
@@ -16,8 +16,8 @@
 #include "generate_report.h"
 #include "moe/core/check.h"
 #include "moe/engine/engine.h"
-#include "moe/server/server.h"
-#include "moe/text/chat_template.h"
+#include "server/server.h"
+#include "text/chat_template.h"
 
 namespace moe::cli {
 

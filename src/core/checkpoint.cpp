@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "moe/core/check.h"
-#include "moe/core/text_file.h"
+#include "core/text_file.h"
 
 namespace moe {
 

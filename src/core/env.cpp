@@ -1,4 +1,4 @@
-#include "moe/core/env.h"
+#include "core/env.h"
 
 #include <charconv>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 
 #include <algorithm>
 #include <cmath>

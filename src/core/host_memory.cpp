@@ -1,4 +1,4 @@
-#include "moe/core/host_memory.h"
+#include "core/host_memory.h"
 
 #include <fstream>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "moe/core/knobs.h"
+#include "core/knobs.h"
 
 #include <charconv>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "moe/core/check.h"
-#include "moe/core/env.h"
+#include "core/env.h"
 
 namespace moe {
 

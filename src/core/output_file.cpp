@@ -1,4 +1,4 @@
-#include "moe/core/output_file.h"
+#include "core/output_file.h"
 
 #include <unistd.h>
 

@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #endif
 
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 
 namespace moe {
 

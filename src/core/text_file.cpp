@@ -1,4 +1,4 @@
-#include "moe/core/text_file.h"
+#include "core/text_file.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,8 +1,8 @@
-#include "moe/core/thread_pool.h"
+#include "core/thread_pool.h"
 
 #include <algorithm>
 
-#include "moe/core/knobs.h"
+#include "core/knobs.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "moe/cpu/ops.h"
+#include "cpu/ops.h"
 
 namespace moe::cpu {
 

@@ -6,14 +6,14 @@
 // The keys and values are read block by block of the paged cache: the scores of block b fill columns
 // [b · block_tokens, ...), and the value sums continue from block to block in the same order (AxpyTask's
 // accumulate), so the result does not depend on the block size.
-#include "moe/cpu/attention.h"
+#include "cpu/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "linear_kernels.h"
-#include "moe/core/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace moe::cpu {
 

@@ -1,5 +1,5 @@
 // Ceilings for the benchmark's floor: read bandwidth and the dot instructions' peak rate.
-#include "moe/cpu/ceilings.h"
+#include "cpu/ceilings.h"
 
 #include <immintrin.h>
 
@@ -10,7 +10,7 @@
 
 #include "moe/core/check.h"
 #include "moe/core/tensor.h"
-#include "moe/core/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace moe::cpu {
 

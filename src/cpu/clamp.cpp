@@ -1,4 +1,4 @@
-#include "moe/cpu/clamp.h"
+#include "cpu/clamp.h"
 
 #include <algorithm>
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 #include "moe/core/tensor.h"
 
 namespace moe::cpu {

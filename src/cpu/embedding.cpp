@@ -1,10 +1,10 @@
-#include "moe/cpu/embedding.h"
+#include "cpu/embedding.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 
 namespace moe::cpu {
 

@@ -1,6 +1,6 @@
 // The fast CPU experts' driver: ISA choice, activation rounding/quantisation, and the two scheduled passes
 // (gate+up by work items, down by hidden rows) over the micro-kernels of fast_kernels_*.cpp.
-#include "moe/cpu/fast_experts.h"
+#include "cpu/fast_experts.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "fast_kernels.h"
-#include "moe/core/float_convert.h"
-#include "moe/core/knobs.h"
-#include "moe/core/thread_pool.h"
+#include "core/float_convert.h"
+#include "core/knobs.h"
+#include "core/thread_pool.h"
 
 namespace moe::cpu {
 

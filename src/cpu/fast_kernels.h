@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "moe/core/tensor.h"
-#include "moe/cpu/fast_experts.h"
+#include "cpu/fast_experts.h"
 
 namespace moe::cpu {
 

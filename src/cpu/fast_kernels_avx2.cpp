@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "fast_kernels.h"
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")

@@ -9,7 +9,7 @@
 #include "dot.h"
 #include "fast_kernels.h"
 #include "moe/core/safetensors.h"
-#include "moe/core/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace moe::cpu {
 

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "moe/core/float_convert.h"
-#include "moe/core/thread_pool.h"
-#include "moe/cpu/fast_experts.h"
+#include "core/float_convert.h"
+#include "core/thread_pool.h"
+#include "cpu/fast_experts.h"
 
 namespace moe::cpu {
 

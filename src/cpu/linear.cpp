@@ -1,11 +1,11 @@
-#include "moe/cpu/linear.h"
+#include "cpu/linear.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "linear_kernels.h"
-#include "moe/core/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace moe::cpu {
 

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "linear_kernels_body.h"
-#include "moe/core/knobs.h"
+#include "core/knobs.h"
 
 namespace moe::cpu {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "moe/core/dtype.h"
-#include "moe/cpu/linear.h"
+#include "cpu/linear.h"
 
 namespace moe::cpu {
 

@@ -10,7 +10,7 @@
 
 #include "linear_kernels.h"
 #include "moe/core/check.h"
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 
 // NOTE: only the dispatcher (linear_kernels.cpp) calls into this file, after checking cpuid.
 #pragma GCC push_options

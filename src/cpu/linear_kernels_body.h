@@ -16,7 +16,7 @@
 
 #include "linear_kernels.h"
 #include "moe/core/check.h"
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 
 namespace moe::cpu::kernels {
 namespace {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "moe/cpu/ops.h"
+#include "cpu/ops.h"
 
 namespace moe::cpu {
 

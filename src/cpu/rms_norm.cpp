@@ -1,4 +1,4 @@
-#include "moe/cpu/rms_norm.h"
+#include "cpu/rms_norm.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "moe/cpu/rope.h"
+#include "cpu/rope.h"
 
 #include <algorithm>
 #include <cmath>

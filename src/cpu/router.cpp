@@ -1,8 +1,8 @@
 #include <vector>
 
 #include "dot.h"
-#include "moe/core/thread_pool.h"
-#include "moe/cpu/ops.h"
+#include "core/thread_pool.h"
+#include "cpu/ops.h"
 
 namespace moe::cpu {
 

@@ -1,7 +1,7 @@
 #include <vector>
 
-#include "moe/core/thread_pool.h"
-#include "moe/cpu/ops.h"
+#include "core/thread_pool.h"
+#include "cpu/ops.h"
 
 namespace moe::cpu {
 

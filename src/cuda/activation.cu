@@ -1,8 +1,8 @@
 // The elementwise tails of the dense GEMMs: SwiGLU's silu(gate) · up, and a bias added to a bf16 output.
 #include <algorithm>
 
-#include "moe/cuda/check.h"
-#include "moe/cuda/decoder_kernels.h"
+#include "cuda/check.h"
+#include "cuda/decoder_kernels.h"
 
 namespace moe::cuda {
 

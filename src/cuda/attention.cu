@@ -5,8 +5,8 @@
 // are measured against; decode reads each key once per query head of its group.
 #include <string>
 
-#include "moe/cuda/check.h"
-#include "moe/cuda/decoder_kernels.h"
+#include "cuda/check.h"
+#include "cuda/decoder_kernels.h"
 
 namespace moe::cuda {
 

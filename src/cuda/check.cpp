@@ -1,4 +1,4 @@
-#include "moe/cuda/check.h"
+#include "cuda/check.h"
 
 #include <cstring>
 

@@ -1,8 +1,8 @@
 // clip_qkv (OLMoE): every element clamped to [-clip, clip].
 #include <algorithm>
 
-#include "moe/cuda/check.h"
-#include "moe/cuda/decoder_kernels.h"
+#include "cuda/check.h"
+#include "cuda/decoder_kernels.h"
 
 namespace moe::cuda {
 

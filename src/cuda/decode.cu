@@ -19,9 +19,9 @@
 #include <string>
 
 #include "launch.h"
-#include "moe/core/knobs.h"
-#include "moe/cuda/check.h"
-#include "moe/cuda/ops.h"
+#include "core/knobs.h"
+#include "cuda/check.h"
+#include "cuda/ops.h"
 #include "router_select.cuh"
 #include "swiglu.cuh"
 

@@ -1,6 +1,6 @@
 #include <cuda_runtime.h>
 
-#include "moe/cuda/device_info.h"
+#include "cuda/device_info.h"
 
 namespace moe::cuda {
 

@@ -1,8 +1,8 @@
-#include "moe/cuda/device_tensor.h"
+#include "cuda/device_tensor.h"
 
 #include <memory>
 
-#include "moe/cuda/check.h"
+#include "cuda/check.h"
 
 namespace moe::cuda {
 

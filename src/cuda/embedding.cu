@@ -1,6 +1,6 @@
 // The embedding lookup: a block a row, the bf16 table row widened to the fp32 residual stream.
-#include "moe/cuda/check.h"
-#include "moe/cuda/decoder_kernels.h"
+#include "cuda/check.h"
+#include "cuda/decoder_kernels.h"
 
 namespace moe::cuda {
 

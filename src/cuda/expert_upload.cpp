@@ -1,4 +1,4 @@
-#include "moe/cuda/expert_upload.h"
+#include "cuda/expert_upload.h"
 
 #include <algorithm>
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "launch.h"
-#include "moe/cuda/check.h"
-#include "moe/cuda/ops.h"
+#include "cuda/check.h"
+#include "cuda/ops.h"
 
 namespace moe::cuda {
 

@@ -9,9 +9,9 @@
 
 #include "launch.h"
 #include "swiglu.cuh"
-#include "moe/core/knobs.h"
-#include "moe/cuda/check.h"
-#include "moe/cuda/ops.h"
+#include "core/knobs.h"
+#include "cuda/check.h"
+#include "cuda/ops.h"
 
 namespace moe::cuda {
 

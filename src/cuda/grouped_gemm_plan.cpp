@@ -1,12 +1,12 @@
 // The grouped GEMMs' plan: the measured policy (tile height, kernel, wgmma schedule), the tuned table as
 // data, and the environment's overrides of both (core/knobs.h). Every measurement quoted is on one H200.
-#include "moe/cuda/grouped_gemm_plan.h"
+#include "cuda/grouped_gemm_plan.h"
 
 #include <algorithm>
 #include <bit>
 
-#include "moe/core/knobs.h"
-#include "moe/cuda/ops.h"
+#include "core/knobs.h"
+#include "cuda/ops.h"
 
 namespace moe::cuda {
 

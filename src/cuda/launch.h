@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "moe/cuda/check.h"
+#include "cuda/check.h"
 
 namespace moe::cuda {
 

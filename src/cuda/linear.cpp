@@ -1,4 +1,4 @@
-#include "moe/cuda/linear.h"
+#include "cuda/linear.h"
 
 #include <cublasLt.h>
 
@@ -6,8 +6,8 @@
 #include <string>
 #include <tuple>
 
-#include "moe/cuda/check.h"
-#include "moe/cuda/device_buffer.h"
+#include "cuda/check.h"
+#include "cuda/device_buffer.h"
 
 namespace moe::cuda {
 

@@ -3,8 +3,8 @@
 // output element, its lanes over the reduction, fp32 sums; both are small next to the projections.
 #include <algorithm>
 
-#include "moe/cuda/check.h"
-#include "moe/cuda/decoder_kernels.h"
+#include "cuda/check.h"
+#include "cuda/decoder_kernels.h"
 
 namespace moe::cuda {
 

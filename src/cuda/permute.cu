@@ -6,9 +6,9 @@
 #include <string>
 
 #include "launch.h"
-#include "moe/core/knobs.h"
-#include "moe/cuda/check.h"
-#include "moe/cuda/ops.h"
+#include "core/knobs.h"
+#include "cuda/check.h"
+#include "cuda/ops.h"
 
 namespace moe::cuda {
 

@@ -1,4 +1,4 @@
-#include "moe/cuda/permute_workspace.h"
+#include "cuda/permute_workspace.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,8 +1,8 @@
 // RMSNorm as transformers computes it (normalise in fp32, then multiply by the weight): the decoder's
 // residual add fused with the norm after it (a block a row), and the in-place group norms of q/k heads and
 // of MLA's latent (a warp a group).
-#include "moe/cuda/check.h"
-#include "moe/cuda/decoder_kernels.h"
+#include "cuda/check.h"
+#include "cuda/decoder_kernels.h"
 
 namespace moe::cuda {
 

@@ -3,8 +3,8 @@
 // rotary pair: every pair is read before any is written, since pairs_to_halves moves outputs across pairs.
 #include <string>
 
-#include "moe/cuda/check.h"
-#include "moe/cuda/decoder_kernels.h"
+#include "cuda/check.h"
+#include "cuda/decoder_kernels.h"
 
 namespace moe::cuda {
 

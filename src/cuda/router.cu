@@ -5,10 +5,10 @@
 #include <cfloat>
 
 #include "launch.h"
-#include "moe/core/knobs.h"
+#include "core/knobs.h"
 #include "router_select.cuh"
-#include "moe/cuda/check.h"
-#include "moe/cuda/ops.h"
+#include "cuda/check.h"
+#include "cuda/ops.h"
 
 namespace moe::cuda {
 

@@ -1,12 +1,12 @@
-#include "moe/cuda/router_gemm.h"
+#include "cuda/router_gemm.h"
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "moe/core/check.h"
-#include "moe/core/float_convert.h"
-#include "moe/cuda/check.h"
+#include "core/float_convert.h"
+#include "cuda/check.h"
 
 namespace moe::cuda {
 

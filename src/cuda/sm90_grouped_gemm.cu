@@ -11,10 +11,10 @@
 
 #include "launch.h"
 #include "sm90_grouped_gemm_kernel.cuh"
-#include "moe/core/knobs.h"
-#include "moe/cuda/check.h"
-#include "moe/cuda/grouped_gemm_plan.h"
-#include "moe/cuda/ops.h"
+#include "core/knobs.h"
+#include "cuda/check.h"
+#include "cuda/grouped_gemm_plan.h"
+#include "cuda/ops.h"
 
 namespace moe::cuda {
 

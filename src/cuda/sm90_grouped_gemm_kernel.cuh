@@ -43,7 +43,7 @@
 #include "launch.h"
 #include "sm90_wgmma_ptx.cuh"
 #include "swiglu.cuh"
-#include "moe/cuda/ops.h"
+#include "cuda/ops.h"
 
 namespace moe::cuda {
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "moe/cuda/grouped_gemm_plan.h"
+#include "cuda/grouped_gemm_plan.h"
 
 // NOTE: wgmma and setmaxnreg exist only on the sm_90a target; other targets get a kernel that traps, and
 // the host refuses to launch it (wgmma_grouped_gemm_available()).

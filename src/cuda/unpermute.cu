@@ -3,8 +3,8 @@
 #include <cuda_bf16.h>
 
 #include "launch.h"
-#include "moe/cuda/check.h"
-#include "moe/cuda/ops.h"
+#include "cuda/check.h"
+#include "cuda/ops.h"
 
 namespace moe::cuda {
 

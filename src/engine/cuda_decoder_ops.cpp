@@ -1,4 +1,4 @@
-// DecoderOps on the GPU: each op calls its CUDA op (moe/cuda/decoder_kernels.h, linear.h) on device tensors,
+// DecoderOps on the GPU: each op calls its CUDA op (cuda/decoder_kernels.h, linear.h) on device tensors,
 // all on the legacy default stream, which the CUDA MoE blocks use too. Activations are bf16, the residual
 // stream, the KV pool and the logits fp32. The weights go to the device at load (load_weight: bf16, norm
 // weights and biases fp32). The small per-forward tables (positions, cache slots, block tables, the rotary
@@ -10,12 +10,12 @@
 #include <utility>
 #include <vector>
 
-#include "moe/cuda/check.h"
-#include "moe/cuda/decoder_kernels.h"
-#include "moe/cuda/device_tensor.h"
-#include "moe/cuda/linear.h"
-#include "moe/cuda/ops.h"
-#include "moe/engine/cuda_model.h"
+#include "cuda/check.h"
+#include "cuda/decoder_kernels.h"
+#include "cuda/device_tensor.h"
+#include "cuda/linear.h"
+#include "cuda/ops.h"
+#include "engine/cuda_model.h"
 #include "moe/layer/cuda_stages.h"
 
 namespace moe::engine {

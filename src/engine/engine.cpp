@@ -9,7 +9,7 @@
 #include "moe/core/check.h"
 #include "moe/core/checkpoint.h"
 #if MOE_WITH_CUDA
-#include "moe/engine/cuda_model.h"
+#include "engine/cuda_model.h"
 #endif
 #include "text_stream.h"
 

@@ -1,11 +1,11 @@
-#include "moe/engine/expert_parallel.h"
+#include "engine/expert_parallel.h"
 
 #include <fmt/core.h>
 
 #include "moe/core/check.h"
-#include "moe/ep/data_parallel.h"
-#include "moe/ep/ep_layer.h"
-#include "moe/ep/placement.h"
+#include "ep/data_parallel.h"
+#include "ep/ep_layer.h"
+#include "ep/placement.h"
 
 namespace moe::engine {
 

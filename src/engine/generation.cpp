@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "moe/core/check.h"
-#include "moe/core/json_config.h"
-#include "moe/core/text_file.h"
+#include "core/json_config.h"
+#include "core/text_file.h"
 
 namespace moe::engine {
 

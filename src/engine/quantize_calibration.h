@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "moe/engine/quantize_checkpoint.h"
+#include "engine/quantize_checkpoint.h"
 
 namespace moe::engine {
 

@@ -1,6 +1,6 @@
 // moe quantize: the checkpoint rewrite (which tensors, in which format, written atomically) and the
 // per-expert weight errors. The calibration run is in quantize_calibration.cpp.
-#include "moe/engine/quantize_checkpoint.h"
+#include "engine/quantize_checkpoint.h"
 
 #include <unistd.h>
 
@@ -14,7 +14,7 @@
 
 #include "moe/core/checkpoint.h"
 #include "moe/layer/moe_config.h"
-#include "moe/quant/int4_awq.h"
+#include "quant/int4_awq.h"
 #include "quantize_calibration.h"
 
 namespace moe::engine {

@@ -4,8 +4,8 @@
 
 #include "ep_kernels.h"
 #include "moe/core/check.h"
-#include "moe/cuda/device_buffer.h"
-#include "moe/ep/cuda_ep_exchange.h"
+#include "cuda/device_buffer.h"
+#include "ep/cuda_ep_exchange.h"
 
 namespace moe::ep {
 

@@ -13,13 +13,13 @@
 
 #include "ep_kernels.h"
 #include "moe/core/check.h"
-#include "moe/cuda/device_buffer.h"
-#include "moe/cuda/expert_upload.h"
-#include "moe/cuda/permute_workspace.h"
-#include "moe/cuda/router_gemm.h"
-#include "moe/ep/cuda_ep_exchange.h"
-#include "moe/ep/data_parallel.h"
-#include "moe/ep/ep_layer.h"
+#include "cuda/device_buffer.h"
+#include "cuda/expert_upload.h"
+#include "cuda/permute_workspace.h"
+#include "cuda/router_gemm.h"
+#include "ep/cuda_ep_exchange.h"
+#include "ep/data_parallel.h"
+#include "ep/ep_layer.h"
 
 namespace moe::ep {
 

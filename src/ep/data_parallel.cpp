@@ -1,4 +1,4 @@
-#include "moe/ep/data_parallel.h"
+#include "ep/data_parallel.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "moe/ep/device_communicator.h"
+#include "ep/device_communicator.h"
 
 #include <vector>
 

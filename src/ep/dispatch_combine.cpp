@@ -1,10 +1,10 @@
-#include "moe/ep/dispatch_combine.h"
+#include "ep/dispatch_combine.h"
 
 #include <cstring>
 #include <numeric>
 
-#include "moe/core/thread_pool.h"
-#include "moe/cpu/ops.h"
+#include "core/thread_pool.h"
+#include "cpu/ops.h"
 
 namespace moe::ep {
 

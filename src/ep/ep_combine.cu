@@ -4,7 +4,7 @@
 #include <cuda_bf16.h>
 
 #include "ep_kernels.h"
-#include "moe/cuda/check.h"
+#include "cuda/check.h"
 
 namespace moe::ep::kernels {
 

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "moe/cuda/ops.h"
+#include "cuda/ops.h"
 
 namespace moe::ep::kernels {
 

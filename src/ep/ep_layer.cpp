@@ -1,6 +1,6 @@
 // The expert-parallel layer on the CPU: the local CPU stages around the dispatch and combine of
 // dispatch_combine.cpp, this rank's experts by slot.
-#include "moe/ep/ep_layer.h"
+#include "ep/ep_layer.h"
 
 #include <vector>
 

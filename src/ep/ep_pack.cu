@@ -6,7 +6,7 @@
 #include <cuda_fp8.h>
 
 #include "ep_kernels.h"
-#include "moe/cuda/check.h"
+#include "cuda/check.h"
 
 namespace moe::ep::kernels {
 

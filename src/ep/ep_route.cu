@@ -3,7 +3,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "ep_kernels.h"
-#include "moe/cuda/check.h"
+#include "cuda/check.h"
 
 namespace moe::ep::kernels {
 

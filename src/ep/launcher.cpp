@@ -1,4 +1,4 @@
-#include "moe/ep/launcher.h"
+#include "ep/launcher.h"
 
 #include <charconv>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "moe/ep/memory_plan.h"
+#include "ep/memory_plan.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "moe/core/check.h"
-#include "moe/ep/communicator.h"
+#include "ep/communicator.h"
 
 #define MOE_MPI_CHECK(call)                                                             \
   do {                                                                                  \

@@ -1,4 +1,4 @@
-#include "moe/ep/nccl_check.h"
+#include "ep/nccl_check.h"
 
 #include <cstring>
 

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "moe/core/check.h"
-#include "moe/cuda/check.h"
-#include "moe/ep/device_communicator.h"
-#include "moe/ep/nccl_check.h"
+#include "cuda/check.h"
+#include "ep/device_communicator.h"
+#include "ep/nccl_check.h"
 
 namespace moe::ep {
 

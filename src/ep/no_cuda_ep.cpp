@@ -1,7 +1,7 @@
 // Built instead of the GPU stages (moe_ep_cuda) where CMake found no CUDA compiler: the factory says how
 // to get them.
 #include "moe/core/check.h"
-#include "moe/ep/ep_layer.h"
+#include "ep/ep_layer.h"
 
 namespace moe::ep {
 

@@ -1,6 +1,6 @@
 // Built instead of mpi_communicator.cpp where CMake found no MPI: the factory says how to get it.
 #include "moe/core/check.h"
-#include "moe/ep/communicator.h"
+#include "ep/communicator.h"
 
 namespace moe::ep {
 

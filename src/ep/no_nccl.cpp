@@ -1,7 +1,7 @@
 // Built instead of nccl_communicator.cpp where CMake found no NCCL (or no CUDA or MPI): the factory says
 // how to get it.
 #include "moe/core/check.h"
-#include "moe/ep/device_communicator.h"
+#include "ep/device_communicator.h"
 
 namespace moe::ep {
 

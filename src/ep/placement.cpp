@@ -1,4 +1,4 @@
-#include "moe/ep/placement.h"
+#include "ep/placement.h"
 
 #include <nlohmann/json.hpp>
 
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <numeric>
 
-#include "moe/core/text_file.h"
+#include "core/text_file.h"
 #include "moe/core/check.h"
 
 namespace moe::ep {

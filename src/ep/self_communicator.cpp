@@ -2,7 +2,7 @@
 #include <cstring>
 
 #include "moe/core/check.h"
-#include "moe/ep/communicator.h"
+#include "ep/communicator.h"
 
 namespace moe::ep {
 

@@ -1,11 +1,11 @@
-#include "moe/ep/transfer.h"
+#include "ep/transfer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "moe/core/check.h"
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 
 namespace moe::ep {
 

@@ -7,9 +7,9 @@
 #include <numeric>
 #include <vector>
 
-#include "moe/cpu/fast_experts.h"
-#include "moe/cpu/ops.h"
-#include "moe/layer/shared_experts.h"
+#include "cpu/fast_experts.h"
+#include "cpu/ops.h"
+#include "layer/shared_experts.h"
 
 namespace moe {
 

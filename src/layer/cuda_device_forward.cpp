@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "moe/cuda/device_tensor.h"
+#include "cuda/device_tensor.h"
 #include "moe/layer/cuda_stages.h"
 #include "moe/layer/moe_layer.h"
 

@@ -8,10 +8,10 @@
 #include <mutex>
 #include <vector>
 
-#include "moe/core/float_convert.h"
-#include "moe/cuda/check.h"
-#include "moe/cuda/device_buffer.h"
-#include "moe/cuda/device_info.h"
+#include "core/float_convert.h"
+#include "cuda/check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/device_info.h"
 #include "moe/layer/cuda_stages.h"
 
 namespace moe {

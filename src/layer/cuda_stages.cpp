@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "cuda_host_path.h"
-#include "moe/cuda/device_buffer.h"
-#include "moe/cuda/expert_upload.h"
-#include "moe/cuda/ops.h"
-#include "moe/cuda/permute_workspace.h"
-#include "moe/cuda/router_gemm.h"
-#include "moe/cuda/grouped_gemm_plan.h"
+#include "cuda/device_buffer.h"
+#include "cuda/expert_upload.h"
+#include "cuda/ops.h"
+#include "cuda/permute_workspace.h"
+#include "cuda/router_gemm.h"
+#include "cuda/grouped_gemm_plan.h"
 #include "moe/layer/cuda_stages.h"
 
 namespace moe {

@@ -8,9 +8,9 @@
 
 #include <fmt/ranges.h>
 
-#include "moe/core/text_file.h"
+#include "core/text_file.h"
 #include "moe/core/check.h"
-#include "moe/core/json_config.h"
+#include "core/json_config.h"
 #include "moe/core/tensor.h"
 
 namespace moe {

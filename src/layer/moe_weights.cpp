@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "moe/quant/linear_weight.h"
+#include "quant/linear_weight.h"
 
 namespace moe {
 

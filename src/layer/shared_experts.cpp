@@ -1,8 +1,8 @@
-#include "moe/layer/shared_experts.h"
+#include "layer/shared_experts.h"
 
 #include <cmath>
 
-#include "moe/cpu/ops.h"
+#include "cpu/ops.h"
 
 namespace moe {
 

@@ -12,7 +12,7 @@
 #include "moe_block.h"
 #include "rope.h"
 #include "weight_reader.h"
-#include "moe/core/host_memory.h"
+#include "core/host_memory.h"
 #include "moe/model/model_config.h"
 
 namespace moe::model {

@@ -3,12 +3,12 @@
 #include <vector>
 
 #include "decoder_ops.h"
-#include "moe/cpu/attention.h"
-#include "moe/cpu/clamp.h"
-#include "moe/cpu/embedding.h"
-#include "moe/cpu/linear.h"
-#include "moe/cpu/rms_norm.h"
-#include "moe/cpu/rope.h"
+#include "cpu/attention.h"
+#include "cpu/clamp.h"
+#include "cpu/embedding.h"
+#include "cpu/linear.h"
+#include "cpu/rms_norm.h"
+#include "cpu/rope.h"
 
 namespace moe::model {
 

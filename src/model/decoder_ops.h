@@ -15,7 +15,7 @@
 #include "kv_cache.h"
 #include "rope.h"
 #include "moe/core/expert_batch.h"
-#include "moe/core/host_memory.h"
+#include "core/host_memory.h"
 #include "moe/model/causal_lm.h"
 
 namespace moe::model {

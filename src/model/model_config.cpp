@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "family.h"
-#include "moe/core/text_file.h"
-#include "moe/core/json_config.h"
+#include "core/text_file.h"
+#include "core/json_config.h"
 
 namespace moe::model {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "moe/cpu/rope.h"
+#include "cpu/rope.h"
 #include "moe/model/model_config.h"
 
 namespace moe::model {

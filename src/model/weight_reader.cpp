@@ -1,6 +1,6 @@
 #include "weight_reader.h"
 
-#include "moe/quant/linear_weight.h"
+#include "quant/linear_weight.h"
 
 namespace moe::model {
 

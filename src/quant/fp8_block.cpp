@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "moe/core/float_convert.h"
-#include "moe/core/thread_pool.h"
+#include "core/float_convert.h"
+#include "core/thread_pool.h"
 
 namespace moe::quant {
 

@@ -1,10 +1,10 @@
-#include "moe/quant/int4_awq.h"
+#include "quant/int4_awq.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "moe/core/float_convert.h"
-#include "moe/core/thread_pool.h"
+#include "core/float_convert.h"
+#include "core/thread_pool.h"
 
 namespace moe::quant {
 

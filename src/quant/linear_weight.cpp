@@ -1,6 +1,6 @@
-#include "moe/quant/linear_weight.h"
+#include "quant/linear_weight.h"
 
-#include "moe/quant/int4_awq.h"
+#include "quant/int4_awq.h"
 
 namespace moe::quant {
 

@@ -9,7 +9,7 @@
 #include "api_error.h"
 #include "metrics.h"
 #include "moe/core/check.h"
-#include "moe/server/server.h"
+#include "server/server.h"
 #include "openai_request.h"
 #include "openai_response.h"
 #include "scheduler.h"

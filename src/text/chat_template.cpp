@@ -1,6 +1,6 @@
 // ChatTemplate: where a model directory keeps its template and special tokens, and rendering through the
 // lexer, parser and evaluator of chat_template_*.
-#include "moe/text/chat_template.h"
+#include "text/chat_template.h"
 
 #include "chat_template_eval.h"
 #include "chat_template_lexer.h"

@@ -10,7 +10,7 @@
 #include "decoders.h"
 #include "json_source.h"
 #include "moe/core/check.h"
-#include "moe/core/text_file.h"
+#include "core/text_file.h"
 #include "normalizers.h"
 #include "post_processor.h"
 #include "pre_tokenizers.h"

@@ -1,6 +1,6 @@
 // env_integer: unset or empty is "not given"; anything but a whole number in range is an error that names
 // the variable, its range and what it sets.
-#include "moe/core/env.h"
+#include "core/env.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Knobs::from_env: every MOE_* knob unset (nullopt), set to a value it takes (parsed into its field), and
 // set to one it does not take (an error naming the variable and what it takes).
-#include "moe/core/knobs.h"
+#include "core/knobs.h"
 
 #include <gtest/gtest.h>
 

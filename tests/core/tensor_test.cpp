@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 #include "test_random.h"
 
 namespace moe {

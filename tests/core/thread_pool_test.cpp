@@ -1,4 +1,4 @@
-#include "moe/core/thread_pool.h"
+#include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // one shared KV head), the output matches an fp64 causal softmax reference, and splitting the same cache
 // into blocks of any size (1, 3, 16 tokens, or one block for everything) gives the same bits; append_kv
 // writes each row to its block and row.
-#include "moe/cpu/attention.h"
+#include "cpu/attention.h"
 
 #include <gtest/gtest.h>
 

@@ -28,10 +28,10 @@
 #include <string>
 #include <vector>
 
-#include "moe/core/float_convert.h"
-#include "moe/core/thread_pool.h"
-#include "moe/cpu/fast_experts.h"
-#include "moe/cpu/ops.h"
+#include "core/float_convert.h"
+#include "core/thread_pool.h"
+#include "cpu/fast_experts.h"
+#include "cpu/ops.h"
 #include "moe/layer/cpu_stages.h"
 #include "median_check.h"
 #include "scoped_env.h"

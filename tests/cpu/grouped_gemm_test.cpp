@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "moe/cpu/ops.h"
+#include "cpu/ops.h"
 #include "test_random.h"
 
 namespace moe::cpu {

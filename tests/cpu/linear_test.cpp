@@ -3,7 +3,7 @@
 // that leave partial vectors, tiles and token panels (in, out and T not multiples of 16, 4 or 6), token
 // counts over one block of 64; and the axpy kernel (a weight used transposed: MLA's absorbed kv_b_proj,
 // attention's values) on strided rows. fp32 accumulation: every element within 1e-5 of Σ|x·w|.
-#include "moe/cpu/linear.h"
+#include "cpu/linear.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "moe/cpu/ops.h"
+#include "cpu/ops.h"
 #include "test_random.h"
 
 namespace moe::cpu {

@@ -10,7 +10,7 @@
 //     the first difference, margins or not, are printed;
 //   - a batch of every prompt: each row within 1e-2 of that prompt alone (other GEMM shapes, same math);
 //   - a sequence whose KV blocks are out of order: the same logits (1e-6) as one whose blocks are in order.
-#include "moe/engine/cuda_model.h"
+#include "engine/cuda_model.h"
 
 #include <gtest/gtest.h>
 
@@ -22,7 +22,7 @@
 
 #include "kv_cache.h"
 #include "model_fixture.h"
-#include "moe/cuda/device_info.h"
+#include "cuda/device_info.h"
 
 namespace moe::test {
 namespace {

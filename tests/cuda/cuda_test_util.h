@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "moe/cuda/check.h"
-#include "moe/cuda/device_info.h"
+#include "cuda/check.h"
+#include "cuda/device_info.h"
 #include "moe/core/expert_batch.h"
 #include "moe/core/tensor.h"
 #include "moe/layer/moe_config.h"

@@ -1,4 +1,4 @@
-// Each of the GPU's decoder ops (engine/cuda_decoder_ops.cpp over moe/cuda/decoder_kernels.h) against the
+// Each of the GPU's decoder ops (engine/cuda_decoder_ops.cpp over cuda/decoder_kernels.h) against the
 // CPU's op on the same inputs, rounded to bf16 first so that both sides see the same values. The GPU keeps
 // activations in bf16 (one rounding of every output: a relative error of 2^-9 per element) and sums in fp32;
 // the bound is a normwise relative error of 1e-2 per tensor (observed on the H200: a few 1e-3). Skips
@@ -10,8 +10,8 @@
 
 #include "cuda_decoder_ops.h"
 #include "kv_cache.h"
-#include "moe/cuda/device_info.h"
-#include "moe/cuda/device_tensor.h"
+#include "cuda/device_info.h"
+#include "cuda/device_tensor.h"
 #include "rope.h"
 
 namespace moe::test {

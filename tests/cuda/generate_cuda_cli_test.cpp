@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "model_fixture.h"
-#include "moe/cuda/device_info.h"
+#include "cuda/device_info.h"
 #include "temp_dir.h"
 
 namespace moe::test {

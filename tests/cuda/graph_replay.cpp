@@ -7,7 +7,7 @@
 
 #include "cuda_test_util.h"
 #include "device_layer.h"
-#include "moe/cuda/captured_graph.h"
+#include "cuda/captured_graph.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe::test {

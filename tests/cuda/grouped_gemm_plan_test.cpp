@@ -1,7 +1,7 @@
 // The tuned grouped-GEMM table: lookup by shape and token bucket, the committed table's form, and the
 // layer's plan (the table where it has an entry, the policy elsewhere). Host logic only.
-#include "moe/cuda/grouped_gemm_plan.h"
-#include "moe/cuda/ops.h"
+#include "cuda/grouped_gemm_plan.h"
+#include "cuda/ops.h"
 
 #include <gtest/gtest.h>
 

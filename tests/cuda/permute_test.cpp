@@ -1,9 +1,9 @@
 // The CUDA permute (on a PermuteWorkspace, as the layers run it) against cpu::permute_* (exact),
 // contiguous and padded, both overflow policies.
 #include "cuda_test_util.h"
-#include "moe/cpu/ops.h"
-#include "moe/cuda/ops.h"
-#include "moe/cuda/permute_workspace.h"
+#include "cpu/ops.h"
+#include "cuda/ops.h"
+#include "cuda/permute_workspace.h"
 #include "test_random.h"
 
 namespace moe::cuda {

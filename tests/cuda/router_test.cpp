@@ -5,13 +5,13 @@
 #include <string>
 #include <tuple>
 
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 #include "moe/core/tensor.h"
 
 #include "cuda_test_util.h"
-#include "moe/cuda/device_buffer.h"
-#include "moe/cuda/ops.h"
-#include "moe/cuda/router_gemm.h"
+#include "cuda/device_buffer.h"
+#include "cuda/ops.h"
+#include "cuda/router_gemm.h"
 #include "moe/routing/router.h"
 #include "test_random.h"
 

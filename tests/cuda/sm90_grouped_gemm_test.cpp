@@ -18,9 +18,9 @@
 #include <numeric>
 
 #include "cuda_test_util.h"
-#include "moe/core/float_convert.h"
-#include "moe/cpu/ops.h"
-#include "moe/cuda/ops.h"
+#include "core/float_convert.h"
+#include "cpu/ops.h"
+#include "cuda/ops.h"
 #include "test_random.h"
 
 namespace moe::cuda {

@@ -11,9 +11,9 @@
 
 #include "cuda_test_util.h"
 #include "device_layer.h"
-#include "moe/cuda/device_buffer.h"
-#include "moe/ep/data_parallel.h"
-#include "moe/ep/ep_layer.h"
+#include "cuda/device_buffer.h"
+#include "ep/data_parallel.h"
+#include "ep/ep_layer.h"
 #include "moe/layer/random_weights.h"
 #include "test_random.h"
 

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "moe/core/safetensors.h"
-#include "moe/ep/placement.h"
+#include "ep/placement.h"
 #include "random_moe_case.h"
 #include "run_command.h"
 #include "temp_dir.h"

@@ -9,8 +9,8 @@
 
 #include "moe/core/checkpoint.h"
 #include "moe/core/safetensors.h"
-#include "moe/ep/data_parallel.h"
-#include "moe/ep/ep_layer.h"
+#include "ep/data_parallel.h"
+#include "ep/ep_layer.h"
 #include "random_moe_case.h"
 #include "test_random.h"
 

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "moe/core/check.h"
-#include "moe/ep/memory_plan.h"
+#include "ep/memory_plan.h"
 
 namespace moe::ep {
 namespace {

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "moe/core/check.h"
-#include "moe/ep/placement.h"
+#include "ep/placement.h"
 #include "test_random.h"
 
 namespace moe::ep {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "moe/ep/transfer.h"
+#include "ep/transfer.h"
 #include "test_random.h"
 
 namespace moe::ep {

@@ -11,7 +11,7 @@
 #include "../../src/model/rope.h"
 #include "moe/core/checkpoint.h"
 #include "moe/core/safetensors.h"
-#include "moe/cpu/fast_experts.h"
+#include "cpu/fast_experts.h"
 #include "moe/layer/moe_config.h"
 #include "moe/model/model_config.h"
 #include "moe/text/tokenizer.h"

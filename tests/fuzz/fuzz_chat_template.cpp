@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_target.h"
-#include "moe/text/chat_template.h"
+#include "text/chat_template.h"
 
 namespace moe::fuzz {
 

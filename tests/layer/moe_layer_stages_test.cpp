@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "moe/cpu/ops.h"
+#include "cpu/ops.h"
 #include "moe/layer/cpu_stages.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"

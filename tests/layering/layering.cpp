@@ -31,6 +31,10 @@ const std::map<std::string, std::set<std::string>>& may_include() {
         {"engine", {"core", "routing", "quant", "cpu", "cuda", "layer", "ep", "text", "model"}},
         {"server", {"core", "engine", "text"}},
     };
+    // include/moe/*.h: the public facade's umbrella headers, over the public headers of every layer.
+    std::set<std::string> below_facade;
+    for (const auto& [layer, below] : t) below_facade.insert(layer);
+    t["facade"] = below_facade;
     std::set<std::string> all;
     for (const auto& [layer, below] : t) all.insert(layer);
     t["bench"] = all;
@@ -59,12 +63,14 @@ bool is_cuda_toolkit(const std::string& header) {
   return std::regex_match(header, pattern);
 }
 
-// The layer of a path relative to the root: src/<layer>/..., include/moe/<layer>/... or bench/...
+// The layer of a path relative to the root: src/<layer>/..., include/moe/<layer>/..., include/moe/<umbrella>.h
+// (the facade) or bench/...
 std::optional<std::string> layer_of(const fs::path& relative) {
   std::vector<std::string> parts;
   for (const auto& part : relative) parts.push_back(part.string());
   if (parts.size() >= 3 && parts[0] == "src") return parts[1];
   if (parts.size() >= 4 && parts[0] == "include" && parts[1] == "moe") return parts[2];
+  if (parts.size() == 3 && parts[0] == "include" && parts[1] == "moe") return "facade";
   if (parts.size() >= 2 && parts[0] == "bench") return "bench";
   return std::nullopt;
 }
@@ -91,12 +97,22 @@ std::optional<std::string> judge(const fs::path& root, const fs::path& file, con
                          layer);
     return std::nullopt;
   } else {
-    const fs::path beside = (file.parent_path() / header).lexically_normal();
-    if (!fs::is_regular_file(root / beside))
-      return fmt::format("includes {} (neither moe/<layer>/... nor a file beside it)", shown);
-    target = layer_of(beside);
+    // A private header: beside the includer, src/<layer>/... (src/ is on every in-tree target's path) or
+    // bench/... (bench/ holds its own headers).
+    fs::path resolved = (file.parent_path() / header).lexically_normal();
+    if (!fs::is_regular_file(root / resolved)) resolved = (fs::path("src") / header).lexically_normal();
+    if (!fs::is_regular_file(root / resolved) && header.starts_with("bench/")) resolved = fs::path(header);
+    if (!fs::is_regular_file(root / resolved))
+      return fmt::format("includes {} (neither moe/<layer>/..., <layer>/... under src/ nor a file beside it)",
+                         shown);
+    target = layer_of(resolved);
     if (!target)
-      return fmt::format("includes {} (resolves to {}, outside the layers)", shown, beside.string());
+      return fmt::format("includes {} (resolves to {}, outside the layers)", shown, resolved.string());
+    // NOTE: include/ is what an application sees: a public header that reached into src/ would not compile
+    // outside this tree.
+    if (*file.begin() == "include" && *resolved.begin() == "src")
+      return fmt::format("includes {} (a public header may include only public ones: {} is private)", shown,
+                         resolved.string());
   }
   if (!is_layer(*target)) return fmt::format("includes {} ({}/ is not a layer)", shown, *target);
   if (*target != layer && !may_include().at(layer).contains(*target))

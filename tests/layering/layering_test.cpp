@@ -85,7 +85,8 @@ TEST(Layering, ReportsEachKindOfBadInclude) {
       "not "
       "include cuda/)",
       "src/model/moe_block.cpp:4 includes <mpi.h> (only ep/ may include MPI or NCCL headers)",
-      "src/model/moe_block.cpp:5 includes missing.h (neither moe/<layer>/... nor a file beside it)",
+      "src/model/moe_block.cpp:5 includes missing.h (neither moe/<layer>/..., <layer>/... under src/ nor a file "
+      "beside it)",
       "src/model/moe_block.cpp:6 includes moe/widgets/x.h (widgets/ is not a layer)",
       "src/widgets/gear.cpp is in no layer (a layer is src/<layer>/, include/moe/<layer>/ or bench/; the "
       "layers are "
@@ -103,6 +104,26 @@ TEST(Layering, AFileBesideTheIncluderResolvesToItsLayer) {
   tree.write("src/cuda/launch.h", "#pragma once\n");
   const std::vector<std::string> expected = {
       "src/model/causal_lm.cpp:2 includes ../cuda/launch.h (model/ may not include cuda/)"};
+  EXPECT_EQ(messages(check_tree(tree.root())), expected);
+}
+
+// Private headers live in src/<layer>/ and are included as "<layer>/name.h" from anywhere in the tree, under
+// the same table; a public header (include/) may include only public ones, and the umbrella headers
+// include/moe/*.h are the facade over them.
+TEST(Layering, PrivateHeadersResolveUnderSrcAndStayOutOfPublicOnes) {
+  Tree tree;
+  tree.write("src/cpu/fast_experts.h", "#pragma once\n");
+  tree.write("src/layer/private_stage.h", "#pragma once\n");
+  tree.write("include/moe/core/tensor.h", "#pragma once\n");
+  tree.write("include/moe/layer/moe_layer.h", "#include \"moe/core/tensor.h\"\n#include \"cpu/fast_experts.h\"\n");
+  tree.write("include/moe/layer.h", "#include \"moe/layer/moe_layer.h\"\n");
+  tree.write("src/layer/cpu_stages.cpp", "#include \"cpu/fast_experts.h\"\n#include \"moe/layer.h\"\n");
+  tree.write("src/cpu/router.cpp", "#include \"layer/private_stage.h\"\n");
+  const std::vector<std::string> expected = {
+      "include/moe/layer/moe_layer.h:2 includes cpu/fast_experts.h (a public header may include only public "
+      "ones: src/cpu/fast_experts.h is private)",
+      "src/cpu/router.cpp:1 includes layer/private_stage.h (cpu/ may not include layer/)",
+      "src/layer/cpu_stages.cpp:2 includes moe/layer.h (layer/ may not include facade/)"};
   EXPECT_EQ(messages(check_tree(tree.root())), expected);
 }
 

@@ -21,8 +21,8 @@
 #include <set>
 
 #include "model_fixture.h"
-#include "moe/cuda/device_info.h"
-#include "moe/cuda/device_buffer.h"
+#include "cuda/device_info.h"
+#include "cuda/device_buffer.h"
 #include "moe/layer/cuda_stages.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/model/causal_lm.h"

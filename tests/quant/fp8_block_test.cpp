@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "moe/core/float_convert.h"
+#include "core/float_convert.h"
 #include "moe/quant/fp8_block.h"
 #include "error_of.h"
 #include "test_random.h"

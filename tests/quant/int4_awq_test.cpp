@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "moe/core/float_convert.h"
-#include "moe/quant/int4_awq.h"
+#include "core/float_convert.h"
+#include "quant/int4_awq.h"
 #include "error_of.h"
 #include "test_random.h"
 

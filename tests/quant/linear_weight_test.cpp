@@ -2,9 +2,9 @@
 // module and transformers' fused expert names), AWQ triples; and the errors for what does not fit.
 #include <gtest/gtest.h>
 
-#include "moe/core/float_convert.h"
-#include "moe/quant/int4_awq.h"
-#include "moe/quant/linear_weight.h"
+#include "core/float_convert.h"
+#include "quant/int4_awq.h"
+#include "quant/linear_weight.h"
 #include "error_of.h"
 #include "temp_dir.h"
 #include "test_random.h"

@@ -10,8 +10,8 @@
 #include <tuple>
 
 #include "moe/core/checkpoint.h"
-#include "moe/engine/quantize_checkpoint.h"
-#include "moe/ep/memory_plan.h"
+#include "engine/quantize_checkpoint.h"
+#include "ep/memory_plan.h"
 #include "moe/model/causal_lm.h"
 #include "moe/quant/fp8_block.h"
 #include "temp_dir.h"

@@ -2,7 +2,7 @@
 // the supported families on a set of conversations, and one small template per Jinja feature; expected
 // strings in tests/data/chat_templates/expected (make_expected.py there writes them). Then the loader
 // (where a model directory keeps its template and tokens) and the errors a bad template or file gives.
-#include "moe/text/chat_template.h"
+#include "text/chat_template.h"
 
 #include <gtest/gtest.h>
 

@@ -23,7 +23,7 @@ std::unique_ptr<Prepare> make_local_padded_prepare(int n_experts, double capacit
 // in `weights` must outlive the stage.
 std::unique_ptr<Experts> make_cpu_reference_experts(std::span<const SwigluWeights> weights, int expert_begin = 0);
 std::unique_ptr<Finalize> make_local_finalize();
-// Optimised CPU experts + finalize (moe/cpu/fast_experts.h) for experts [expert_begin, expert_begin +
+// Optimised CPU experts + finalize (cpu/fast_experts.h) for experts [expert_begin, expert_begin +
 // weights.size()): the weights are repacked (converted to bf16, or quantised to int8) here, once; the views
 // in `weights` are not used afterwards.
 std::unique_ptr<FusedExperts> make_cpu_fast_experts(std::span<const SwigluWeights> weights, quant::WeightFormat format,
@@ -36,7 +36,7 @@ std::unique_ptr<SharedExperts> make_cpu_fast_shared(const MoeConfig& config, con
 
 enum class Backend : uint8_t { cpu };
 
-// Which CPU experts run: the optimised ones (bf16 or int8 weights, fused finalize; moe/cpu/fast_experts.h),
+// Which CPU experts run: the optimised ones (bf16 or int8 weights, fused finalize; cpu/fast_experts.h),
 // or the fp64-accumulated reference ops (the oracle: exact to ~1e-6, and slow). A CPU without AVX2 runs
 // the reference whatever is asked.
 enum class CpuExperts : uint8_t { fast, reference };

@@ -1,5 +1,5 @@
 #pragma once
-// The local stages on one GPU (the CUDA ops of moe/cuda/ops.h): the fp32 router (one fused launch for small
+// The local stages on one GPU (the CUDA ops of cuda/ops.h): the fp32 router (one fused launch for small
 // batches, RouterGemm + top-k otherwise), the permute with the grouped GEMMs' tile map, the grouped GEMMs
 // (mma.sync or wgmma, gate+up with SwiGLU fused, then down), and the weighted combine with the shared
 // experts added; batches of up to the decode limit run the fused decode kernel instead. Weights are uploaded

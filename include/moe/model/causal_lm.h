@@ -39,7 +39,7 @@ struct ModelOptions {
   std::function<void(const std::string&)> progress;
   // When set, makes the MoE block of decoder layer `layer` from its config and checkpoint weights instead
   // of the backend's own: the returned function maps x [T, H] F32 (after post_attention_layernorm) to
-  // hidden_states [T, H] F32 and topk [T, k]. Expert parallelism plugs in here (moe/engine/expert_parallel.h).
+  // hidden_states [T, H] F32 and topk [T, k]. Expert parallelism plugs in here (engine/expert_parallel.h).
   using MoeBlockFn = std::function<LayerOutput(const Tensor& x)>;
   std::function<MoeBlockFn(int64_t layer, const MoeConfig& config, MoeWeights weights)> moe_block;
   // When set, every forward adds the time of its parts here (owned by the caller, who must outlive the model).

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "families.h"
-#include "moe/core/json_config.h"
+#include "core/json_config.h"
 
 namespace moe::model {
 

@@ -10,9 +10,9 @@
 
 #include <memory>
 
-#include "moe/ep/communicator.h"
-#include "moe/ep/placement.h"
-#include "moe/ep/transfer.h"
+#include "ep/communicator.h"
+#include "ep/placement.h"
+#include "ep/transfer.h"
 #include "moe/layer/stages.h"
 
 namespace moe::ep {

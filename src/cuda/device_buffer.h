@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <utility>
 
-#include "moe/cuda/check.h"
+#include "cuda/check.h"
 
 namespace moe::cuda {
 

@@ -12,11 +12,11 @@
 #include <functional>
 #include <memory>
 
-#include "moe/ep/communicator.h"
-#include "moe/ep/device_communicator.h"
-#include "moe/ep/dispatch_combine.h"
-#include "moe/ep/placement.h"
-#include "moe/ep/transfer.h"
+#include "ep/communicator.h"
+#include "ep/device_communicator.h"
+#include "ep/dispatch_combine.h"
+#include "ep/placement.h"
+#include "ep/transfer.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe::ep {

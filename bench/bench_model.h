@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "moe/cpu/fast_experts.h"
+#include "cpu/fast_experts.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe::cli {

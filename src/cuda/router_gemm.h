@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "moe/cuda/device_buffer.h"
+#include "cuda/device_buffer.h"
 
 namespace moe::cuda {
 

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "moe/ep/communicator.h"
-#include "moe/ep/device_communicator.h"
-#include "moe/ep/dispatch_combine.h"
-#include "moe/ep/ep_layer.h"
+#include "ep/communicator.h"
+#include "ep/device_communicator.h"
+#include "ep/dispatch_combine.h"
+#include "ep/ep_layer.h"
 #include "moe/model/causal_lm.h"
 
 namespace moe::engine {

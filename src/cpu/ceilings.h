@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "moe/core/tensor.h"
-#include "moe/cpu/fast_experts.h"
+#include "cpu/fast_experts.h"
 
 namespace moe::cpu {
 

@@ -16,11 +16,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "moe/cuda/ops.h"
-#include "moe/ep/device_communicator.h"
-#include "moe/ep/dispatch_combine.h"
-#include "moe/ep/placement.h"
-#include "moe/ep/transfer.h"
+#include "cuda/ops.h"
+#include "ep/device_communicator.h"
+#include "ep/dispatch_combine.h"
+#include "ep/placement.h"
+#include "ep/transfer.h"
 
 namespace moe::ep {
 

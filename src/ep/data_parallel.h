@@ -8,9 +8,9 @@
 
 #include <vector>
 
-#include "moe/ep/communicator.h"
-#include "moe/ep/dispatch_combine.h"
-#include "moe/ep/ep_layer.h"
+#include "ep/communicator.h"
+#include "ep/dispatch_combine.h"
+#include "ep/ep_layer.h"
 #include "moe/layer/moe_layer.h"
 
 namespace moe::ep {

@@ -1,5 +1,5 @@
 #pragma once
-// Error checks for NCCL calls, in the style of moe/cuda/check.h: free of fmt (so that .cu files may use
+// Error checks for NCCL calls, in the style of cuda/check.h: free of fmt (so that .cu files may use
 // it); the message is formatted in nccl_check.cpp. Only where the build has NCCL (MOE_WITH_NCCL).
 //   MOE_NCCL_CHECK(call)   throws moe::Error naming the call, NCCL's message and its last error text
 

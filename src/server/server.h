@@ -14,7 +14,7 @@
 #include <string>
 
 #include "moe/engine/engine.h"
-#include "moe/text/chat_template.h"
+#include "text/chat_template.h"
 
 namespace moe::server {
 

@@ -12,7 +12,7 @@
 #include <optional>
 #include <vector>
 
-#include "moe/cuda/grouped_gemm_plan.h"  // GroupedGemmKernel, WgmmaSchedule, the policy
+#include "cuda/grouped_gemm_plan.h"  // GroupedGemmKernel, WgmmaSchedule, the policy
 #include "moe/routing/router.h"
 
 namespace moe::cuda {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "moe/ep/communicator.h"
-#include "moe/ep/transfer.h"
+#include "ep/communicator.h"
+#include "ep/transfer.h"
 #include "moe/core/expert_batch.h"
 #include "moe/layer/moe_config.h"
 #include "moe/layer/moe_weights.h"

@@ -9,7 +9,7 @@
 #include <memory>
 #include <span>
 
-#include "moe/ep/communicator.h"
+#include "ep/communicator.h"
 
 struct CUstream_st;
 

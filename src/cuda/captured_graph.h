@@ -6,7 +6,7 @@
 
 #include <utility>
 
-#include "moe/cuda/check.h"
+#include "cuda/check.h"
 
 namespace moe::cuda {
 

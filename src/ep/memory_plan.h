@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "moe/ep/placement.h"
+#include "ep/placement.h"
 
 namespace moe::ep {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "moe/core/expert_batch.h"
-#include "moe/cuda/device_buffer.h"
-#include "moe/cuda/ops.h"
+#include "cuda/device_buffer.h"
+#include "cuda/ops.h"
 
 namespace moe::cuda {
 

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "moe/cuda/device_buffer.h"
-#include "moe/cuda/ops.h"
+#include "cuda/device_buffer.h"
+#include "cuda/ops.h"
 
 namespace moe::cuda {
 
