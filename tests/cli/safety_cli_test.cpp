@@ -207,6 +207,42 @@ TEST(OutputSafety, ASuccessfulRunReplacesTheFileAndLeavesNoTemporary) {
   EXPECT_TRUE(json::accept(read_file(out / "s.json")));
 }
 
+TEST(OutputSafety, WriteModelRefusesADirectoryItCouldSpoil) {
+  TempDir scratch, parent;
+  const std::string model = (kModels / "qwen3_moe").string();
+  std::ofstream(parent / "file.txt") << "kept\n";
+  fs::create_directory(parent / "full");
+  std::ofstream(parent / "full" / "notes.txt") << "kept\n";
+  const auto write_model = [&](const fs::path& dir, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"bench", "--write-model", dir.string(), "--model-layers", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return moe(scratch.path(), args);
+  };
+  expect_user_error(write_model(parent / "full"), "exists and is not empty");
+  expect_user_error(write_model(parent / "file.txt"), "is a file");
+  expect_user_error(write_model(parent / "missing" / "m"), "does not exist: create it first");
+  expect_user_error(write_model(kModels / "qwen3_moe" / "new", {"--model", model}), "lies inside --model");
+  EXPECT_EQ(read_file(parent / "full" / "notes.txt"), "kept\n");
+  EXPECT_EQ(read_file(parent / "file.txt"), "kept\n");
+  EXPECT_EQ(listing(parent.path()), (std::vector<std::string>{"file.txt", "full"}));
+  EXPECT_FALSE(fs::exists(kModels / "qwen3_moe" / "new"));
+}
+
+// A write that fails half-way (here: out of address space at its first tensor, after config.json is written)
+// leaves neither the directory nor its temporary behind.
+TEST(OutputSafety, AFailedWriteModelLeavesNothing) {
+  TempDir scratch, parent;
+  const std::string command = fmt::format("ulimit -v 120000 && exec {} --threads 1 bench --write-model {} "
+                                          "--model-layers 1 2>{}", shell_quote(MOE_BINARY),
+                                          shell_quote((parent / "m").string()), shell_quote((scratch / "err.txt").string()));
+  const int status = std::system(fmt::format("sh -c {}", shell_quote(command)).c_str());
+  const std::string err = read_file(scratch / "err.txt");
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2) << err;
+  EXPECT_NE(err.find("out of host memory allocating"), std::string::npos) << err;
+  EXPECT_TRUE(listing(parent.path()).empty()) << listing(parent.path()).front();
+}
+
 // ---- limits the model has --------------------------------------------------------------------------
 
 // A copy of the qwen3_moe fixture (max_position_embeddings 512) with its config edited by `edit`.
