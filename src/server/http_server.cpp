@@ -172,7 +172,11 @@ void Server::Impl::respond_whole(const httplib::Request& req, httplib::Response&
   while (true) {
     const std::vector<Event> events = ticket.channel->wait(100ms);
     // A client that has gone frees its sequence now, not when the whole completion is written to no one.
-    if (client.closed()) return scheduler->cancel(ticket.key);
+    // NOTE: 499, nginx's "client closed request", so that /metrics does not count the request as answered.
+    if (client.closed()) {
+      scheduler->cancel(ticket.key);
+      return send_error(res, 499, "the client closed the connection before the response");
+    }
     for (const Event& event : events) {
       if (event.error_status) return send_error(res, event.error_status, event.error);
       text += event.text;

@@ -299,6 +299,8 @@ def test_disconnect_frees_blocks_not_streamed(s):
     key = 'moe:request_success_total{finished_reason="abort"}'
     assert after[key] == before[key] + 1, (before[key], after[key])
     assert after["moe:generation_tokens_total"] - before["moe:generation_tokens_total"] < 480
+    status = 'moe:requests_total{status="499"}'
+    assert after.get(status, 0) == before.get(status, 0) + 1, after
     # The server goes on serving.
     assert s.client().completions.create(model=NAME, prompt="Hi", max_tokens=2).choices[0].text is not None
 
