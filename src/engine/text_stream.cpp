@@ -35,8 +35,8 @@ bool TextStream::append(int32_t token) {
   if (token >= 0 && token < tokenizer_->vocab_size()) {
     ids_.push_back(token);
     const std::span<const int32_t> ids(ids_);
-    const std::string prefix =
-        tokenizer_->decode(ids.subspan(window_begin_, window_final_ - window_begin_), /*skip_special_tokens=*/true);
+    const std::string prefix = tokenizer_->decode(ids.subspan(window_begin_, window_final_ - window_begin_),
+                                                  /*skip_special_tokens=*/true);
     const std::string window = tokenizer_->decode(ids.subspan(window_begin_), /*skip_special_tokens=*/true);
     text_.resize(final_bytes_);
     if (window.starts_with(prefix)) {

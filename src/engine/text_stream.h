@@ -7,8 +7,8 @@
 // Decoding is incremental (a step costs the same at the thousandth token as at the first): each step
 // decodes only a window of the last tokens, from the last point where the text was complete. The window's
 // new text is its decode minus the decode of its already-final prefix tokens, so that what depends on a
-// token's place in the call (Metaspace's and Strip's leading space) cancels out. The text equals the decode of
-// all the tokens at once, but for byte-fallback tokens that form invalid UTF-8: there a character complete
+// token's place in the call (Metaspace's and Strip's leading space) cancels out. The text equals the decode
+// of all the tokens at once, but for byte-fallback tokens that form invalid UTF-8: there a character complete
 // so far stays as it was handed out, where the whole decode makes the byte run's every token a U+FFFD.
 
 #include <cstdint>

@@ -1,6 +1,8 @@
 // TextStream, the incremental detokeniser: token by token, its text equals the tokenizer's decode of all the
 // tokens at once, and its pieces add up to that text, on byte-level (GPT-2, Qwen2) and metaspace with
 // byte-fallback (Llama, Mixtral) tokenizers, on multi-byte characters split over byte tokens.
+#include "text_stream.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,7 +11,6 @@
 
 #include "moe/text/tokenizer.h"
 #include "test_random.h"
-#include "text_stream.h"
 
 namespace moe::engine {
 namespace {
@@ -45,9 +46,12 @@ std::string stream(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,
   return pieces;
 }
 
-const char* const kTexts[] = {
-    "Hello world, this is a test.", "  leading spaces and\ttabs\nnew lines  ",
-    "héllo wörld — naïve café", "你好，世界！日本語のテキスト", "emoji 🙂🚀 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math", "ñ"};
+const char* const kTexts[] = {"Hello world, this is a test.",
+                              "  leading spaces and\ttabs\nnew lines  ",
+                              "héllo wörld — naïve café",
+                              "你好，世界！日本語のテキスト",
+                              "emoji 🙂🚀 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math",
+                              "ñ"};
 
 TEST(TextStream, EqualsTheWholeDecodeOnEveryTokenizer) {
   for (const char* name : {"gpt2", "qwen2", "llama", "llama_metaspace", "metaspace_split"}) {
@@ -70,7 +74,8 @@ TEST(TextStream, ByteFallbackTokensCompleteACharacterAcrossTokens) {
   // "▁a" then 🙂 (F0 9F 99 82) as four byte tokens, then "é" (C3 A9), then a stray continuation byte.
   const std::vector<int32_t> word = tokenizer.encode("a");
   std::vector<int32_t> ids = word;
-  for (const char* b : {"<0xF0>", "<0x9F>", "<0x99>", "<0x82>", "<0xC3>", "<0xA9>", "<0x80>"}) ids.push_back(byte(b));
+  for (const char* b : {"<0xF0>", "<0x9F>", "<0x99>", "<0x82>", "<0xC3>", "<0xA9>", "<0x80>"})
+    ids.push_back(byte(b));
   ids.insert(ids.end(), word.begin(), word.end());
   TextStream text(tokenizer, {});
   std::string pieces;

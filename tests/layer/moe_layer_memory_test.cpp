@@ -44,7 +44,8 @@ MappingBytes mapping_of(const std::filesystem::path& file) {
 TEST(MoeLayerMemory, PackedExpertsDropTheCheckpointPages) {
   test::TestRng rng;
   // 8 experts of H 1024, I 512 in BF16: 24 MiB of expert weights, 768 KiB (192 pages) a matrix.
-  test::MoeCase c = test::random_moe_case("qwen3_moe", rng, {.weight_dtype = DType::BF16, .experts = 8, .top_k = 2});
+  test::MoeCase c =
+      test::random_moe_case("qwen3_moe", rng, {.weight_dtype = DType::BF16, .experts = 8, .top_k = 2});
   c.config["hidden_size"] = 1024;
   c.config["num_attention_heads"] = 8;
   c.config["head_dim"] = 128;

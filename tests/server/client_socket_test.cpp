@@ -1,11 +1,11 @@
 // ClientSocket finds a request's connection by its addresses and sees the client close it.
+#include "client_socket.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include "client_socket.h"
 
 namespace moe::server {
 namespace {
