@@ -26,7 +26,8 @@ void run_model_bench(const ModelBenchArgs& args);
 // the same run). Throws moe::Error in a build without CUDA or without a GPU.
 void run_model_bench_cuda(const ModelBenchArgs& args);
 
-// Qwen3-MoE-shaped random BF16 checkpoint with `layers` decoder layers (~1.3 GB each) into `dir`.
-void write_random_model(const std::filesystem::path& dir, int64_t layers);
+// Qwen3-MoE-shaped random BF16 checkpoint with `layers` decoder layers (~1.3 GB each) into the existing
+// directory `dir`; returns what it wrote, in words.
+std::string write_random_model(const std::filesystem::path& dir, int64_t layers);
 
 }  // namespace moe::cli

@@ -10,6 +10,7 @@
 #include "validators.h"
 #include "moe/core/check.h"
 #include "core/output_file.h"
+#include "output_directory.h"
 
 namespace moe::cli {
 
@@ -72,7 +73,13 @@ void run_bench(const BenchArgs& a) {
   const NamedPath inputs[] = {{"--model", a.model.model}};
   check_output_paths(outputs, inputs);
   if (a.dispatch) return run_dispatch(a);
-  if (!a.write_model.empty()) return write_random_model(a.write_model, a.model_layers);
+  if (!a.write_model.empty()) {
+    OutputDirectory out(a.write_model, "--write-model", inputs);
+    const std::string what = write_random_model(out.temp_path(), a.model_layers);
+    out.commit();
+    fmt::print("wrote {} ({})\n", a.write_model, what);
+    return;
+  }
   if (!a.model.model.empty()) {
     ModelBenchArgs m = a.model;
     if (a.repeats_given) m.repeats = a.repeats;
