@@ -228,13 +228,30 @@ TEST(OutputSafety, WriteModelRefusesADirectoryItCouldSpoil) {
   EXPECT_FALSE(fs::exists(kModels / "qwen3_moe" / "new"));
 }
 
-// A write that fails half-way (here: out of address space at its first tensor, after config.json is written)
-// leaves neither the directory nor its temporary behind.
+// The least address space (KiB, to 8 MiB) in which `moe --version` starts: the shared libraries' mappings,
+// which differ between a CPU-only and a CUDA build (cuBLAS and NCCL map hundreds of MiB).
+long startup_address_space_kb() {
+  long low = 16 << 10, high = 16 << 20;
+  while (high - low > (8 << 10)) {
+    const long mid = (low + high) / 2;
+    const std::string command =
+        fmt::format("ulimit -v {} && exec {} --version >/dev/null 2>&1", mid, shell_quote(MOE_BINARY));
+    const int status = std::system(fmt::format("sh -c {}", shell_quote(command)).c_str());
+    (WIFEXITED(status) && WEXITSTATUS(status) == 0 ? high : low) = mid;
+  }
+  return high;
+}
+
+// A write that fails half-way (here: out of address space at its first tensor, a 125 MiB embedding, after
+// config.json is written) leaves neither the directory nor its temporary behind.
 TEST(OutputSafety, AFailedWriteModelLeavesNothing) {
   TempDir scratch, parent;
-  const std::string command = fmt::format("ulimit -v 120000 && exec {} --threads 1 bench --write-model {} "
-                                          "--model-layers 1 2>{}", shell_quote(MOE_BINARY),
-                                          shell_quote((parent / "m").string()), shell_quote((scratch / "err.txt").string()));
+  // NOTE: 96 MiB over the start-up need: room for the thread pool and one malloc arena, not the embedding.
+  const long limit_kb = startup_address_space_kb() + (96 << 10);
+  const std::string command = fmt::format("ulimit -v {} && MALLOC_ARENA_MAX=1 exec {} --threads 1 bench "
+                                          "--write-model {} --model-layers 1 2>{}",
+                                          limit_kb, shell_quote(MOE_BINARY), shell_quote((parent / "m").string()),
+                                          shell_quote((scratch / "err.txt").string()));
   const int status = std::system(fmt::format("sh -c {}", shell_quote(command)).c_str());
   const std::string err = read_file(scratch / "err.txt");
   ASSERT_TRUE(WIFEXITED(status));
