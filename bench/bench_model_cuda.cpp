@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "bench/bench.h"
@@ -62,22 +63,38 @@ RunTimes run_once(model::CausalLM& lm, int64_t batch, int64_t prompt, int64_t de
 void run_model_bench_cuda(const ModelBenchArgs& a) {
   const model::ModelConfig config = model::load_model_config(a.model);
   const auto load_start = Clock::now();
+  const auto lm = engine::load_cuda_causal_lm(a.model, cuda_bench_options(a));
+  fmt::print("loaded {} ({}, {} layers) on the GPU in {:.1f} s\n", a.model.string(), config.model_type,
+             config.num_layers, seconds_since(load_start));
+  const Checkpoint checkpoint = Checkpoint::open(a.model);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const std::string& name : checkpoint.names()) shapes[name] = checkpoint.get(name).shape();
+  time_model_cuda(*lm, config, dense_weight_bytes(config, shapes), a);
+}
+
+model::ModelOptions cuda_bench_options(const ModelBenchArgs& a) {
   model::ModelOptions options;
   options.max_batched_tokens =
       std::max<int64_t>(4096, *std::max_element(a.batches.begin(), a.batches.end()) * a.prompt_tokens);
-  const auto lm = engine::load_cuda_causal_lm(a.model, options);
-  fmt::print("loaded {} ({}, {} layers) on the GPU in {:.1f} s\n", a.model.string(), config.model_type,
-             config.num_layers, seconds_since(load_start));
+  return options;
+}
 
-  const Checkpoint checkpoint = Checkpoint::open(a.model);
-  double dense_bytes = 0;  // bf16 on the device, whatever the checkpoint's dtype
-  for (const std::string& name : checkpoint.names()) {
+double dense_weight_bytes(const model::ModelConfig& config, const std::map<std::string, std::vector<int64_t>>& shapes) {
+  double bytes = 0;  // bf16 on the device, whatever the checkpoint's dtype
+  for (const auto& [name, shape] : shapes) {
     if (name.find(".experts.") != std::string::npos || name.find(".mlp.gate.") != std::string::npos) continue;
     if (name == "model.embed_tokens.weight" && !config.tie_word_embeddings) continue;
-    dense_bytes += 2.0 * double(checkpoint.get(name).numel());
+    double n = 1;
+    for (const int64_t d : shape) n *= double(d);
+    bytes += 2.0 * n;
   }
+  return bytes;
+}
+
+void time_model_cuda(model::CausalLM& lm, const model::ModelConfig& config, double dense_bytes,
+                     const ModelBenchArgs& a) {
   const MoeConfig& moe = config.moe;
-  const auto moe_layers = static_cast<double>(lm->info().moe_layers.size());
+  const auto moe_layers = static_cast<double>(lm.info().moe_layers.size());
   const double E = double(moe.router.n_experts), k = double(moe.router.top_k);
   const double expert_bytes = 2.0 * 3.0 * double(moe.hidden_size * moe.expert_intermediate_size);
   const double router_bytes = moe_layers * E * double(moe.hidden_size) * 4.0;
@@ -91,10 +108,10 @@ void run_model_bench_cuda(const ModelBenchArgs& a) {
              "ms/step", "roofline tok/s", "of roofline");
   std::mt19937 rng(1);
   for (const int64_t B : a.batches) {
-    run_once(*lm, B, a.prompt_tokens, 2, rng);  // warm-up: cuBLASLt plans, the memory pool
+    run_once(lm, B, a.prompt_tokens, 2, rng);  // warm-up: cuBLASLt plans, the memory pool
     std::vector<double> prefill, decode;
     for (int r = 0; r < a.repeats; ++r) {
-      const RunTimes t = run_once(*lm, B, a.prompt_tokens, a.decode_tokens, rng);
+      const RunTimes t = run_once(lm, B, a.prompt_tokens, a.decode_tokens, rng);
       prefill.push_back(t.prefill);
       decode.push_back(t.decode);
     }

@@ -6,6 +6,7 @@
 
 #include "bench/bench.h"
 #include "bench/bench_model.h"
+#include "bench/random_model_shapes.h"
 #include "commands.h"
 #include "validators.h"
 #include "moe/core/check.h"
@@ -24,6 +25,7 @@ struct BenchArgs {
   std::string wire = "bf16,fp8";
   int64_t hidden = 7168;
   ModelBenchArgs model;       // --model: the whole model (bench_model.cpp, bench_model_cuda.cpp)
+  std::string random_model;   // --random-model: a model shape on random weights made on the GPU
   std::string batches = "1";  // --batch: its batch sizes on the GPU
   std::string write_model;    // --write-model: write the random checkpoint for --model
   int64_t model_layers = 4;
@@ -73,6 +75,19 @@ void run_bench(const BenchArgs& a) {
   check_output_paths(outputs, inputs);
   if (a.dispatch) return run_dispatch(a);
   if (!a.write_model.empty()) return write_random_model(a.write_model, a.model_layers);
+  if (!a.random_model.empty()) {
+    MOE_CHECK(a.model.model.empty(), "--random-model and --model each name the model: give one");
+    MOE_CHECK(a.backend == "cuda", "--random-model builds its weights in GPU memory: add --backend cuda");
+    const model::ModelConfig config = random_model_config(a.random_model);  // checked before any GPU work
+    ModelBenchArgs m = a.model;
+    if (a.repeats_given) m.repeats = a.repeats;
+    m.batches = parse_tokens(a.batches);
+#if MOE_WITH_CUDA
+    return run_random_model_bench_cuda(m, config, a.random_model);
+#else
+    MOE_FAIL("this build has no CUDA backend (no nvcc at configure time): --random-model needs one");
+#endif
+  }
   if (!a.model.model.empty()) {
     ModelBenchArgs m = a.model;
     if (a.repeats_given) m.repeats = a.repeats;
@@ -155,6 +170,9 @@ Run add_bench_command(CLI::App& app) {
   cmd->add_option("--model", args->model.model,
                   "time the whole model in DIR instead: prefill and decode tokens/s and the floor (the CPU: the "
                   "time of each part; --repeats defaults to 3 here)");
+  cmd->add_option("--random-model", args->random_model,
+                  "time a full-depth model of a shape on random weights made in GPU memory (--backend cuda): "
+                  "qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite or an HF config.json file");
   cmd->add_option("--batch", args->batches, "--model --backend cuda: comma-separated batch sizes (sequences per step)")
       ->capture_default_str();
   cmd->add_option("--prompt-tokens", args->model.prompt_tokens, "--model: prompt length")

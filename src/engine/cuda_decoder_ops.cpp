@@ -259,8 +259,12 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   Tensor lm_head(const Tensor& x, const Tensor& w) override { return gemm(x, w, DType::F32, "lm_head"); }
 
+  // NOTE: a weight already on the device (random weights made there) is kept as it is, in the dtype it must
+  // have.
   Tensor load_weight(const Tensor& view, bool fp32) override {
-    return cuda::to_device(view, fp32 ? DType::F32 : DType::BF16, stream_);
+    const DType dtype = fp32 ? DType::F32 : DType::BF16;
+    if (view.device() == Device::cuda) return weight(view, dtype);
+    return cuda::to_device(view, dtype, stream_);
   }
 
   Tensor kv_blocks(std::vector<int64_t> shape) override {
@@ -319,14 +323,28 @@ std::unique_ptr<model::DecoderOps> make_cuda_decoder_ops() {
   return std::make_unique<CudaDecoderOps>();
 }
 
-std::unique_ptr<model::CausalLM> load_cuda_causal_lm(const std::filesystem::path& dir,
-                                                     model::ModelOptions options) {
+namespace {
+
+model::ModelOptions cuda_options(model::ModelOptions options) {
   MOE_CHECK(cuda_device_available(), "backend cuda: no GPU is visible (use the cpu backend)");
   MOE_CHECK(!options.moe_block,
             "the decoder on the GPU runs its own MoE blocks: it takes no moe_block function "
             "(expert parallelism runs the decoder on the host)");
   options.backend = model::ModelBackend::cuda;
-  return model::load_causal_lm(dir, options, make_cuda_decoder_ops());
+  return options;
+}
+
+}  // namespace
+
+std::unique_ptr<model::CausalLM> load_cuda_causal_lm(const std::filesystem::path& dir,
+                                                     model::ModelOptions options) {
+  return model::load_causal_lm(dir, cuda_options(std::move(options)), make_cuda_decoder_ops());
+}
+
+std::unique_ptr<model::CausalLM> load_cuda_causal_lm(model::ModelConfig config, Checkpoint checkpoint,
+                                                     model::ModelOptions options) {
+  return model::load_causal_lm(std::move(config), std::move(checkpoint), cuda_options(std::move(options)),
+                               make_cuda_decoder_ops());
 }
 
 }  // namespace moe::engine

@@ -38,9 +38,9 @@ Checkpoint open_weights(const std::filesystem::path& dir) {
 
 class Model final : public CausalLM {
  public:
-  Model(const std::filesystem::path& dir, const ModelOptions& options, std::unique_ptr<DecoderOps> ops)
-      : config_(load_model_config(dir)),
-        checkpoint_(open_weights(dir)),
+  Model(ModelConfig config, Checkpoint checkpoint, const ModelOptions& options, std::unique_ptr<DecoderOps> ops)
+      : config_(std::move(config)),
+        checkpoint_(std::move(checkpoint)),
         family_(find_family(config_.model_type)),
         reader_(checkpoint_, config_.model_type, config_.moe.quant,
                 [this](const Tensor& view, bool fp32) { return ops_->load_weight(view, fp32); }),
@@ -228,7 +228,14 @@ class Model final : public CausalLM {
 std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& dir, const ModelOptions& options,
                                          std::unique_ptr<DecoderOps> ops) {
   MOE_CHECK(ops != nullptr, "load_causal_lm needs the decoder's ops");
-  return std::make_unique<Model>(dir, options, std::move(ops));
+  ModelConfig config = load_model_config(dir);
+  return std::make_unique<Model>(std::move(config), open_weights(dir), options, std::move(ops));
+}
+
+std::unique_ptr<CausalLM> load_causal_lm(ModelConfig config, Checkpoint checkpoint, const ModelOptions& options,
+                                         std::unique_ptr<DecoderOps> ops) {
+  MOE_CHECK(ops != nullptr, "load_causal_lm needs the decoder's ops");
+  return std::make_unique<Model>(std::move(config), std::move(checkpoint), options, std::move(ops));
 }
 
 int64_t CausalLM::kv_memory_available() const { return host_available_memory(); }

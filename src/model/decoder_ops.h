@@ -14,9 +14,11 @@
 
 #include "kv_cache.h"
 #include "rope.h"
+#include "moe/core/checkpoint.h"
 #include "moe/core/expert_batch.h"
 #include "core/host_memory.h"
 #include "moe/model/causal_lm.h"
+#include "moe/model/model_config.h"
 
 namespace moe::model {
 
@@ -98,6 +100,9 @@ std::unique_ptr<DecoderOps> make_cpu_decoder_ops();
 
 // CausalLM::load with the decoder on `ops` (CausalLM::load passes the CPU's).
 std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& dir, const ModelOptions& options,
+                                         std::unique_ptr<DecoderOps> ops);
+// The same from a parsed config and its weights (a checkpoint without files: Checkpoint::generated).
+std::unique_ptr<CausalLM> load_causal_lm(ModelConfig config, Checkpoint checkpoint, const ModelOptions& options,
                                          std::unique_ptr<DecoderOps> ops);
 
 }  // namespace moe::model

@@ -1,0 +1,89 @@
+// Random weights made on the GPU for `moe bench --random-model`: the fill kernel is a pure function of
+// (seed, index) with the asked-for scale, and a model loaded from a generated checkpoint whose tensors are
+// already on the device (bf16; norms, biases and routers on the host, as the bench makes them) gives the
+// logits of the same weights loaded from the fixture's directory. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "checkpoint_layout.h"
+#include "cuda/check.h"
+#include "cuda/decoder_kernels.h"
+#include "cuda/device_info.h"
+#include "cuda/device_tensor.h"
+#include "engine/cuda_model.h"
+#include "model_fixture.h"
+
+namespace moe::test {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                             \
+  do {                                                                 \
+    if (::moe::cuda::visible_gpus().empty()) GTEST_SKIP() << "no GPU"; \
+  } while (0)
+
+std::vector<float> fill(int64_t n, float stddev, uint64_t seed) {
+  Tensor t = cuda::device_empty(DType::F32, {n}, nullptr);
+  cuda::fill_uniform(t.data_as<float>(), n, stddev, seed, nullptr);
+  std::vector<float> host(n);
+  MOE_CUDA_CHECK(cudaMemcpy(host.data(), t.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+TEST(RandomFill, IsSeededAndScaled) {
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t n = 1 << 20;
+  const std::vector<float> a = fill(n, 0.5f, 7), b = fill(n, 0.5f, 7), c = fill(n, 0.5f, 8);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  double sum = 0, squares = 0;
+  for (const float v : a) {
+    sum += v;
+    squares += double(v) * v;
+    ASSERT_LE(std::abs(v), 0.5f * std::sqrt(3.0f) + 1e-6f);
+  }
+  EXPECT_NEAR(sum / n, 0.0, 5e-3);
+  EXPECT_NEAR(std::sqrt(squares / n), 0.5, 5e-3);
+  // A bf16 fill is the fp32 fill rounded.
+  Tensor h = cuda::device_empty(DType::BF16, {n}, nullptr);
+  cuda::fill_uniform(static_cast<cuda::bf16*>(h.data()), n, 0.5f, 7, nullptr);
+  std::vector<cuda::bf16> host(n);
+  MOE_CUDA_CHECK(cudaMemcpy(host.data(), h.data(), n * sizeof(cuda::bf16), cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < n; i += 4099) EXPECT_EQ(float(host[i]), float(cuda::bf16(a[i]))) << i;
+}
+
+class DeviceWeights : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeviceWeights, LoadAsTheDirectoryDoes) {
+  SKIP_WITHOUT_GPU();
+  const std::filesystem::path dir = fixture_dir(GetParam());
+  const Checkpoint file = Checkpoint::open(dir);
+  const model::ModelConfig config = model::load_model_config(dir);
+  const auto maker = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    std::string stored = name;
+    if (!file.contains(stored)) stored.replace(stored.find("mlp."), 4, "block_sparse_moe.");
+    const Tensor t = file.get(stored);
+    EXPECT_EQ(t.shape(), shape) << name;
+    const bool host = name.ends_with("norm.weight") || name.ends_with(".bias") || name.ends_with(".mlp.gate.weight") ||
+                      name.ends_with("shared_expert_gate.weight") || name.ends_with("e_score_correction_bias");
+    return host ? t : cuda::to_device(t, DType::BF16, nullptr);
+  };
+  const auto generated = engine::load_cuda_causal_lm(
+      config, Checkpoint::generated("fixture", model::checkpoint_layout(config, model::ExpertTensors::per_expert), maker),
+      {});
+  const auto from_dir = engine::load_cuda_causal_lm(dir, {});
+  const std::vector<std::vector<int32_t>> prompt = {{1, 5, 9, 2, 7, 3}};
+  auto cache_a = from_dir->new_cache(1, 8), cache_b = generated->new_cache(1, 8);
+  const Tensor a = from_dir->forward(prompt, *cache_a, false), b = generated->forward(prompt, *cache_b, false);
+  ASSERT_EQ(a.shape(), b.shape());
+  const int64_t V = a.size(1);
+  for (int64_t r = 0; r < a.size(0); ++r)
+    EXPECT_LE(row_rel_error(b.data_as<float>() + r * V, a.data_as<float>() + r * V, V), 1e-6) << "row " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DeviceWeights, ::testing::ValuesIn(fixture_families()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace moe::test
