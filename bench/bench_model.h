@@ -36,11 +36,13 @@ void run_random_model_bench_cuda(const ModelBenchArgs& args, const model::ModelC
 
 // The pieces both GPU runs share (bench_model_cuda.cpp): the model options for the batches asked for, the
 // bf16 bytes of every weight a decode step reads in full (all but the routed experts, the routers and an
-// untied embedding) from the checkpoint's shapes, and the timed runs with their table.
-model::ModelOptions cuda_bench_options(const ModelBenchArgs& args);
+// untied embedding) from the checkpoint's shapes, and the timed runs with their table, then a profiling
+// pass per batch size with the time of each part.
+// `parts` (which must outlive the model) takes the times of the parts in the profiling pass.
+model::ModelOptions cuda_bench_options(const ModelBenchArgs& args, model::ForwardTimes* parts);
 double dense_weight_bytes(const model::ModelConfig& config, const std::map<std::string, std::vector<int64_t>>& shapes);
 void time_model_cuda(model::CausalLM& lm, const model::ModelConfig& config, double dense_bytes,
-                     const ModelBenchArgs& args);
+                     const ModelBenchArgs& args, model::ForwardTimes& parts);
 
 // Qwen3-MoE-shaped random BF16 checkpoint with `layers` decoder layers (~1.3 GB each) into `dir`.
 void write_random_model(const std::filesystem::path& dir, int64_t layers);

@@ -62,12 +62,14 @@ void run_random_model_bench_cuda(const ModelBenchArgs& a, const model::ModelConf
     total += n;
   }
   const auto load_start = std::chrono::steady_clock::now();
+  model::ForwardTimes parts;
   const auto lm = engine::load_cuda_causal_lm(
-      config, Checkpoint::generated("random " + label, std::move(shapes), make_random_tensor), cuda_bench_options(a));
+      config, Checkpoint::generated("random " + label, std::move(shapes), make_random_tensor),
+      cuda_bench_options(a, &parts));
   fmt::print("built {} ({}, {} layers, {:.2f} B parameters, random bf16) on the GPU in {:.1f} s\n", label,
              config.model_type, config.num_layers, total / 1e9,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
-  time_model_cuda(*lm, config, dense_bytes, a);
+  time_model_cuda(*lm, config, dense_bytes, a, parts);
 }
 
 }  // namespace moe::cli

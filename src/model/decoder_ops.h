@@ -82,6 +82,9 @@ class DecoderOps {
   virtual Tensor gather_rows(const Tensor& x, std::span<const int64_t> rows) = 0;
   // The logits: x [n, H] · lm_head [V, H]ᵀ -> [n, V] F32.
   virtual Tensor lm_head(const Tensor& x, const Tensor& weight) = 0;
+  // The token choices[i] picks from row i of logits [n, V] F32 (lm_head's), as host ids [n]; the default
+  // brings the logits to the host and chooses there (token_choice.h).
+  virtual std::vector<int32_t> choose_tokens(const Tensor& logits, std::span<const TokenChoice> choices);
 
   // A checkpoint view as these ops keep it, called once per weight at load: the CPU's keep the view (fp32:
   // converted to F32), the GPU's a device copy (bf16; fp32: F32).

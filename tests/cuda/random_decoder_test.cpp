@@ -1,10 +1,12 @@
 // Random weights made on the GPU for `moe bench --random-model`: the fill kernel is a pure function of
 // (seed, index) with the asked-for scale, and a model loaded from a generated checkpoint whose tensors are
 // already on the device (bf16; norms, biases and routers on the host, as the bench makes them) gives the
-// logits of the same weights loaded from the fixture's directory. Skips without a GPU.
+// logits of the same weights loaded from the fixture's directory; and the device's token choice. Skips without
+// a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "checkpoint_layout.h"
@@ -12,8 +14,10 @@
 #include "cuda/decoder_kernels.h"
 #include "cuda/device_info.h"
 #include "cuda/device_tensor.h"
+#include "cuda_decoder_ops.h"
 #include "engine/cuda_model.h"
 #include "model_fixture.h"
+#include "token_choice.h"
 
 namespace moe::test {
 namespace {
@@ -80,6 +84,47 @@ TEST_P(DeviceWeights, LoadAsTheDirectoryDoes) {
   const int64_t V = a.size(1);
   for (int64_t r = 0; r < a.size(0); ++r)
     EXPECT_LE(row_rel_error(b.data_as<float>() + r * V, a.data_as<float>() + r * V, V), 1e-6) << "row " << r;
+}
+
+// The device's token choice (cuda/sampling.cu) against the host's rule (model/token_choice.cpp) on random
+// logits of a full vocabulary: greedy, temperature alone, top-k, top-p and both, at random uniforms.
+TEST(DeviceTokenChoice, MatchesTheHostRule) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = 20261202;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  const std::vector<model::TokenChoice> kinds = {
+      {}, {.temperature = 1.0}, {.temperature = 0.7, .top_k = 50}, {.temperature = 1.3, .top_p = 0.9},
+      {.temperature = 0.8, .top_k = 1000, .top_p = 0.5}, {.temperature = 2.0, .top_k = 1}};
+  const int64_t rows = 48, V = 151936;
+  Tensor host = Tensor::empty(DType::F32, {rows, V});
+  for (int64_t i = 0; i < host.numel(); ++i) host.data_as<float>()[i] = normal(gen);
+  std::vector<model::TokenChoice> choices;
+  for (int64_t r = 0; r < rows; ++r) {
+    model::TokenChoice c = kinds[r % kinds.size()];
+    c.uniform = uniform(gen);
+    choices.push_back(c);
+  }
+  const auto ops = engine::make_cuda_decoder_ops();
+  const std::vector<int32_t> ids = ops->choose_tokens(cuda::to_device(host, DType::F32, nullptr), choices);
+  ASSERT_EQ(static_cast<int64_t>(ids.size()), rows);
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_EQ(ids[r], model::choose_token({host.data_as<float>() + r * V, static_cast<size_t>(V)}, choices[r]))
+        << "row " << r;
+}
+
+// forward_sample on the GPU: greedy is the argmax of the GPU's own logits.
+TEST(DeviceTokenChoice, ForwardSampleIsTheArgmaxOfForward) {
+  SKIP_WITHOUT_GPU();
+  const auto lm = engine::load_cuda_causal_lm(fixture_dir("qwen3_moe"), {});
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}, {4, 2}, {7}};
+  auto a = lm->new_cache(3, 8), b = lm->new_cache(3, 8);
+  const Tensor logits = lm->forward(prompts, *a, true);  // [3, V]
+  const std::vector<int32_t> ids = lm->forward_sample(prompts, *b, std::vector<model::TokenChoice>(3));
+  ASSERT_EQ(ids.size(), 3u);
+  for (int64_t r = 0; r < 3; ++r) EXPECT_EQ(ids[r], argmax(logits.data_as<float>() + r * logits.size(1), logits.size(1)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeviceWeights, ::testing::ValuesIn(fixture_families()),
