@@ -40,7 +40,8 @@ void run_random_model_bench_cuda(const ModelBenchArgs& args, const model::ModelC
 // pass per batch size with the time of each part.
 // `parts` (which must outlive the model) takes the times of the parts in the profiling pass.
 model::ModelOptions cuda_bench_options(const ModelBenchArgs& args, model::ForwardTimes* parts);
-double dense_weight_bytes(const model::ModelConfig& config, const std::map<std::string, std::vector<int64_t>>& shapes);
+double dense_weight_bytes(const model::ModelConfig& config,
+                          const std::map<std::string, std::vector<int64_t>>& shapes);
 void time_model_cuda(model::CausalLM& lm, const model::ModelConfig& config, double dense_bytes,
                      const ModelBenchArgs& args, model::ForwardTimes& parts);
 

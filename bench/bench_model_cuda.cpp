@@ -7,24 +7,22 @@
 // routed experts' (bf16; the embedding: one row per token), the routers (fp32), the experts B tokens touch
 // (E · (1 - (1 - k/E)^B) per layer for uniform routing; the random checkpoints route about so) and the KV
 // cache (fp32) at the mean length.
+#include <cuda_runtime.h>
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
-
-#include <cuda_runtime.h>
-
-#include <functional>
 #include <string>
 
 #include "bench/bench.h"
-#include "cuda/check.h"
 #include "bench/bench_model.h"
-#include "moe/core/checkpoint.h"
+#include "cuda/check.h"
 #include "engine/cuda_model.h"
+#include "moe/core/checkpoint.h"
 #include "moe/model/model_config.h"
 
 namespace moe::cli {
@@ -110,7 +108,8 @@ model::ModelOptions cuda_bench_options(const ModelBenchArgs& a, model::ForwardTi
   return options;
 }
 
-double dense_weight_bytes(const model::ModelConfig& config, const std::map<std::string, std::vector<int64_t>>& shapes) {
+double dense_weight_bytes(const model::ModelConfig& config,
+                          const std::map<std::string, std::vector<int64_t>>& shapes) {
   double bytes = 0;  // bf16 on the device, whatever the checkpoint's dtype
   for (const auto& [name, shape] : shapes) {
     if (name.find(".experts.") != std::string::npos || name.find(".mlp.gate.") != std::string::npos) continue;
@@ -164,7 +163,8 @@ void time_model_cuda(model::CausalLM& lm, const model::ModelConfig& config, doub
     model::ForwardTimes prefill_parts;
     run_once(lm, B, a.prompt_tokens, a.decode_tokens, rng, &parts, &prefill_parts);
     part_lines.push_back(fmt::format("batch {} prefill: {}", B, parts_line(prefill_parts, 1)));
-    part_lines.push_back(fmt::format("batch {} decode step: {}", B, parts_line(parts, double(a.decode_tokens))));
+    part_lines.push_back(
+        fmt::format("batch {} decode step: {}", B, parts_line(parts, double(a.decode_tokens))));
     parts = {};
   }
   fmt::print("parts (ms; a profiling pass with the device synchronised around each part):\n");

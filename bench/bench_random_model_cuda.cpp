@@ -30,7 +30,9 @@ uint64_t name_hash(const std::string& name) {
   return h;
 }
 
-bool ends_with(const std::string& name, const char* suffix) { return name.ends_with(suffix); }
+bool ends_with(const std::string& name, const char* suffix) {
+  return name.ends_with(suffix);
+}
 
 Tensor make_random_tensor(const std::string& name, const std::vector<int64_t>& shape) {
   const uint64_t seed = name_hash(name);

@@ -1,16 +1,16 @@
 // moe bench: the whole layer on model shapes, against the floor and the ceilings measured in the run.
 #include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "bench/bench.h"
 #include "bench/bench_model.h"
 #include "bench/random_model_shapes.h"
 #include "commands.h"
-#include "validators.h"
-#include "moe/core/check.h"
 #include "core/output_file.h"
+#include "moe/core/check.h"
+#include "validators.h"
 
 namespace moe::cli {
 

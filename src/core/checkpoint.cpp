@@ -154,12 +154,14 @@ Checkpoint Checkpoint::open(const fs::path& path) {
   return checkpoint;
 }
 
-Checkpoint Checkpoint::generated(std::string label, std::map<std::string, std::vector<int64_t>> shapes, Maker make) {
+Checkpoint Checkpoint::generated(std::string label, std::map<std::string, std::vector<int64_t>> shapes,
+                                 Maker make) {
   MOE_CHECK(make != nullptr, "a generated checkpoint ({}) needs a maker", label);
   Checkpoint checkpoint;
   checkpoint.path_ = checkpoint.source_ = label;
   for (const auto& [name, shape] : shapes) checkpoint.weight_map_.emplace(name, "");
-  checkpoint.generated_shapes_ = std::make_shared<const std::map<std::string, std::vector<int64_t>>>(std::move(shapes));
+  checkpoint.generated_shapes_ =
+      std::make_shared<const std::map<std::string, std::vector<int64_t>>>(std::move(shapes));
   checkpoint.make_ = std::move(make);
   checkpoint.shards_ = std::make_shared<ShardCache>();
   return checkpoint;

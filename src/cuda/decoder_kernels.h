@@ -97,8 +97,8 @@ struct TokenChoiceArgs {
   double uniform;
 };
 // out [rows] = the token choices[r] (device) picks from row r of logits [rows, vocab] fp32.
-void choose_tokens(const float* logits, int64_t rows, int64_t vocab, const TokenChoiceArgs* choices, int32_t* out,
-                   cudaStream_t stream);
+void choose_tokens(const float* logits, int64_t rows, int64_t vocab, const TokenChoiceArgs* choices,
+                   int32_t* out, cudaStream_t stream);
 
 // ---- random_fill.cu --------------------------------------------------------------------------------
 // x [n] = uniform values of standard deviation `stddev` (mean 0), each a function of (seed, index) only.

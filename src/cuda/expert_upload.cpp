@@ -10,8 +10,8 @@ namespace {
 
 // MLPs already on the device in bf16 (random weights made there): copied into the padded layout on the
 // device, the padding zeroed.
-void copy_device_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64_t I, DeviceBuffer<bf16>& w13,
-                      DeviceBuffer<bf16>& w2) {
+void copy_device_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64_t I,
+                      DeviceBuffer<bf16>& w13, DeviceBuffer<bf16>& w2) {
   MOE_CUDA_CHECK(cudaMemset(w13.get(), 0, w13.size() * sizeof(bf16)));
   MOE_CUDA_CHECK(cudaMemset(w2.get(), 0, w2.size() * sizeof(bf16)));
   for (size_t e = 0; e < mlps.size(); ++e) {
@@ -23,8 +23,8 @@ void copy_device_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, 
                 dtype_name(t->dtype()), t->shape_string());
     const size_t row_bytes = H * sizeof(bf16);
     bf16* gate_up = w13.get() + e * 2 * I * H;
-    MOE_CUDA_CHECK(cudaMemcpy2D(gate_up, row_bytes, m.gate.data(), m.gate.strides()[0] * sizeof(bf16), row_bytes,
-                                rows, cudaMemcpyDeviceToDevice));
+    MOE_CUDA_CHECK(cudaMemcpy2D(gate_up, row_bytes, m.gate.data(), m.gate.strides()[0] * sizeof(bf16),
+                                row_bytes, rows, cudaMemcpyDeviceToDevice));
     MOE_CUDA_CHECK(cudaMemcpy2D(gate_up + I * H, row_bytes, m.up.data(), m.up.strides()[0] * sizeof(bf16),
                                 row_bytes, rows, cudaMemcpyDeviceToDevice));
     MOE_CUDA_CHECK(cudaMemcpy2D(w2.get() + e * H * I, I * sizeof(bf16), m.down.data(),

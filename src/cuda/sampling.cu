@@ -36,9 +36,9 @@ struct MaxInt {
   __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
 };
 
-__global__ void __launch_bounds__(kThreads) choose_tokens_kernel(const float* __restrict__ logits, int64_t vocab,
-                                                                 const TokenChoiceArgs* __restrict__ choices,
-                                                                 int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    choose_tokens_kernel(const float* __restrict__ logits, int64_t vocab,
+                         const TokenChoiceArgs* __restrict__ choices, int32_t* __restrict__ out) {
   using Reduce = cub::BlockReduce<double, kThreads>;
   using ReduceMax = cub::BlockReduce<ArgMax, kThreads>;
   using ReduceCount = cub::BlockReduce<int, kThreads>;
@@ -68,7 +68,8 @@ __global__ void __launch_bounds__(kThreads) choose_tokens_kernel(const float* __
     return;
   }
   const float max_logit = best.value;
-  // NOTE: in double, as the host's rule: the weights then agree to the last bit or nearly, and so do the draws.
+  // NOTE: in double, as the host's rule: the weights then agree to the last bit or nearly, and so do the
+  // draws.
   const auto weight = [&](float l) { return exp((double(l) - double(max_logit)) / double(c.temperature)); };
 
   // The largest key c with select(c), built bit by bit from the top.
@@ -118,7 +119,8 @@ __global__ void __launch_bounds__(kThreads) choose_tokens_kernel(const float* __
 
   // Each thread a contiguous chunk of ids, so that the scan's order is id order.
   const int64_t chunk = (vocab + kThreads - 1) / kThreads;
-  const int64_t begin = t * chunk < vocab ? t * chunk : vocab, end = begin + chunk < vocab ? begin + chunk : vocab;
+  const int64_t begin = t * chunk < vocab ? t * chunk : vocab,
+                end = begin + chunk < vocab ? begin + chunk : vocab;
   double own = 0;
   int32_t last_kept = -1;
   for (int64_t i = begin; i < end; ++i)
@@ -146,8 +148,8 @@ __global__ void __launch_bounds__(kThreads) choose_tokens_kernel(const float* __
 
 }  // namespace
 
-void choose_tokens(const float* logits, int64_t rows, int64_t vocab, const TokenChoiceArgs* choices, int32_t* out,
-                   cudaStream_t stream) {
+void choose_tokens(const float* logits, int64_t rows, int64_t vocab, const TokenChoiceArgs* choices,
+                   int32_t* out, cudaStream_t stream) {
   if (rows == 0) return;
   choose_tokens_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, vocab, choices, out);
   MOE_CUDA_CHECK_LAUNCH();

@@ -266,16 +266,20 @@ class CudaDecoderOps final : public model::DecoderOps {
   Tensor lm_head(const Tensor& x, const Tensor& w) override { return gemm(x, w, DType::F32, "lm_head"); }
 
   // Only the ids come back (the step's one synchronisation).
-  std::vector<int32_t> choose_tokens(const Tensor& logits, std::span<const model::TokenChoice> choices) override {
+  std::vector<int32_t> choose_tokens(const Tensor& logits,
+                                     std::span<const model::TokenChoice> choices) override {
     require_device(logits, DType::F32, "choose_tokens");
     const int64_t n = logits.size(0);
-    MOE_CHECK(static_cast<int64_t>(choices.size()) == n, "choose_tokens: {} choices for logits {}", choices.size(),
-              logits.shape_string());
+    MOE_CHECK(static_cast<int64_t>(choices.size()) == n, "choose_tokens: {} choices for logits {}",
+              choices.size(), logits.shape_string());
     std::vector<cuda::TokenChoiceArgs> args;
     for (const model::TokenChoice& c : choices)
-      args.push_back({.temperature = static_cast<float>(c.temperature), .top_p = static_cast<float>(c.top_p),
-                      .top_k = c.top_k, .uniform = c.uniform});
-    const auto* d_args = reinterpret_cast<const cuda::TokenChoiceArgs*>(choices_.upload(as_bytes(args), stream_));
+      args.push_back({.temperature = static_cast<float>(c.temperature),
+                      .top_p = static_cast<float>(c.top_p),
+                      .top_k = c.top_k,
+                      .uniform = c.uniform});
+    const auto* d_args =
+        reinterpret_cast<const cuda::TokenChoiceArgs*>(choices_.upload(as_bytes(args), stream_));
     Tensor ids = cuda::device_empty(DType::I32, {n}, stream_);  // [n]
     cuda::choose_tokens(logits.data_as<float>(), n, logits.size(1), d_args, ids.data_as<int32_t>(), stream_);
     const Tensor host = staging_.to_host(ids, stream_);

@@ -7,16 +7,16 @@
 #include <algorithm>
 
 #include "attention.h"
+#include "core/host_memory.h"
 #include "decoder_ops.h"
 #include "family.h"
 #include "forward_timer.h"
 #include "kv_cache.h"
+#include "moe/model/model_config.h"
 #include "moe_block.h"
 #include "rope.h"
 #include "token_choice.h"
 #include "weight_reader.h"
-#include "core/host_memory.h"
-#include "moe/model/model_config.h"
 
 namespace moe::model {
 
@@ -41,7 +41,8 @@ Checkpoint open_weights(const std::filesystem::path& dir) {
 
 class Model final : public CausalLM {
  public:
-  Model(ModelConfig config, Checkpoint checkpoint, const ModelOptions& options, std::unique_ptr<DecoderOps> ops)
+  Model(ModelConfig config, Checkpoint checkpoint, const ModelOptions& options,
+        std::unique_ptr<DecoderOps> ops)
       : config_(std::move(config)),
         checkpoint_(std::move(checkpoint)),
         family_(find_family(config_.model_type)),
@@ -101,22 +102,25 @@ class Model final : public CausalLM {
     std::vector<int32_t> ids;
     const BatchLayout batch = layout(new_tokens, cache, ids);
     if (batch.total == 0) return Tensor::empty(DType::F32, {0, config_.vocab_size});
-    return timed(times_, &ForwardTimes::total, [&] { return run_layers(batch, ids, cache, last_only, observer, {}); });
+    return timed(times_, &ForwardTimes::total,
+                 [&] { return run_layers(batch, ids, cache, last_only, observer, {}); });
   }
 
   std::vector<int32_t> forward_sample(std::span<const std::vector<int32_t>> new_tokens, KvCache& kv_cache,
-                                      std::span<const TokenChoice> choices, const RoutingObserver& observer) override {
+                                      std::span<const TokenChoice> choices,
+                                      const RoutingObserver& observer) override {
     for (const TokenChoice& c : choices) check_token_choice(c);
     ModelKvCache& cache = model_cache(kv_cache, new_tokens.size());
-    const auto with_tokens = std::count_if(new_tokens.begin(), new_tokens.end(), [](const auto& t) { return !t.empty(); });
+    const auto with_tokens =
+        std::count_if(new_tokens.begin(), new_tokens.end(), [](const auto& t) { return !t.empty(); });
     MOE_CHECK(static_cast<int64_t>(choices.size()) == with_tokens,
               "forward_sample: {} token choices for {} sequences with new tokens (one each)", choices.size(),
               with_tokens);
     std::vector<int32_t> ids;
     const BatchLayout batch = layout(new_tokens, cache, ids);
     if (batch.total == 0) return {};
-    const Tensor chosen =
-        timed(times_, &ForwardTimes::total, [&] { return run_layers(batch, ids, cache, true, observer, choices); });
+    const Tensor chosen = timed(times_, &ForwardTimes::total,
+                                [&] { return run_layers(batch, ids, cache, true, observer, choices); });
     return {chosen.data_as<int32_t>(), chosen.data_as<int32_t>() + chosen.numel()};
   }
 
@@ -124,10 +128,11 @@ class Model final : public CausalLM {
   ModelKvCache& model_cache(KvCache& kv_cache, size_t sequences) const {
     auto* cache = dynamic_cast<ModelKvCache*>(&kv_cache);
     MOE_CHECK(cache && cache->owner() == this, "forward: the KV cache was not made by this model's new_cache");
-    MOE_CHECK(static_cast<int64_t>(sequences) == cache->num_sequences(),
-              "forward: {} token lists for a cache of {} sequences (pass an empty list for a sequence without "
-              "new tokens)",
-              sequences, cache->num_sequences());
+    MOE_CHECK(
+        static_cast<int64_t>(sequences) == cache->num_sequences(),
+        "forward: {} token lists for a cache of {} sequences (pass an empty list for a sequence without "
+        "new tokens)",
+        sequences, cache->num_sequences());
     return *cache;
   }
 
@@ -152,8 +157,8 @@ class Model final : public CausalLM {
   }
 
   // The logits [rows, V] on the host, or with `choices` the chosen ids [spans] I32 on the host.
-  Tensor run_layers(const BatchLayout& batch, const std::vector<int32_t>& ids, ModelKvCache& cache, bool last_only,
-                    const RoutingObserver& observer, std::span<const TokenChoice> choices) {
+  Tensor run_layers(const BatchLayout& batch, const std::vector<int32_t>& ids, ModelKvCache& cache,
+                    bool last_only, const RoutingObserver& observer, std::span<const TokenChoice> choices) {
     const double eps = config_.rms_norm_eps;
     // h += delta (the last block's output; undefined before the first), then h's norm by `weight`.
     const auto add_norm = [&](Tensor& h, const Tensor& delta, const Tensor& weight) {
@@ -191,9 +196,11 @@ class Model final : public CausalLM {
     }
     Tensor result;
     if (choices.empty()) {
-      result = timed(times_, &ForwardTimes::lm_head, [&] { return ops_->to_host(ops_->lm_head(out, lm_head_)); });
+      result =
+          timed(times_, &ForwardTimes::lm_head, [&] { return ops_->to_host(ops_->lm_head(out, lm_head_)); });
     } else {
-      const Tensor logits = timed(times_, &ForwardTimes::lm_head, [&] { return ops_->lm_head(out, lm_head_); });
+      const Tensor logits =
+          timed(times_, &ForwardTimes::lm_head, [&] { return ops_->lm_head(out, lm_head_); });
       const std::vector<int32_t> chosen =
           timed(times_, &ForwardTimes::sampling, [&] { return ops_->choose_tokens(logits, choices); });
       result = Tensor::empty(DType::I32, {static_cast<int64_t>(chosen.size())});
@@ -271,16 +278,17 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& dir, const
   return std::make_unique<Model>(std::move(config), open_weights(dir), options, std::move(ops));
 }
 
-std::unique_ptr<CausalLM> load_causal_lm(ModelConfig config, Checkpoint checkpoint, const ModelOptions& options,
-                                         std::unique_ptr<DecoderOps> ops) {
+std::unique_ptr<CausalLM> load_causal_lm(ModelConfig config, Checkpoint checkpoint,
+                                         const ModelOptions& options, std::unique_ptr<DecoderOps> ops) {
   MOE_CHECK(ops != nullptr, "load_causal_lm needs the decoder's ops");
   return std::make_unique<Model>(std::move(config), std::move(checkpoint), options, std::move(ops));
 }
 
 int64_t CausalLM::kv_memory_available() const { return host_available_memory(); }
 
-std::vector<int32_t> CausalLM::forward_sample(std::span<const std::vector<int32_t>> new_tokens, KvCache& cache,
-                                              std::span<const TokenChoice> choices, const RoutingObserver& observer) {
+std::vector<int32_t> CausalLM::forward_sample(std::span<const std::vector<int32_t>> new_tokens,
+                                              KvCache& cache, std::span<const TokenChoice> choices,
+                                              const RoutingObserver& observer) {
   for (const TokenChoice& c : choices) check_token_choice(c);
   const Tensor logits = forward(new_tokens, cache, true, observer);  // [sequences with tokens, V]
   MOE_CHECK(static_cast<int64_t>(choices.size()) == logits.size(0),
@@ -295,8 +303,9 @@ std::vector<int32_t> CausalLM::forward_sample(std::span<const std::vector<int32_
 
 std::vector<int32_t> DecoderOps::choose_tokens(const Tensor& logits, std::span<const TokenChoice> choices) {
   const Tensor host = to_host(logits);  // [n, V]
-  MOE_CHECK(host.dim() == 2 && host.dtype() == DType::F32 && static_cast<int64_t>(choices.size()) == host.size(0),
-            "choose_tokens: {} choices for logits {}", choices.size(), host.shape_string());
+  MOE_CHECK(
+      host.dim() == 2 && host.dtype() == DType::F32 && static_cast<int64_t>(choices.size()) == host.size(0),
+      "choose_tokens: {} choices for logits {}", choices.size(), host.shape_string());
   std::vector<int32_t> ids;
   const int64_t V = host.size(1);
   for (int64_t r = 0; r < host.size(0); ++r)

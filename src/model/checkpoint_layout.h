@@ -15,10 +15,11 @@ namespace moe::model {
 
 enum class ExpertTensors : uint8_t {
   per_expert,  // experts.{e}.gate_proj/up_proj/down_proj (Mixtral: w1/w3/w2), as published checkpoints
-  fused,       // experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I], as transformers 5 holds them
+  fused,  // experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I], as transformers 5 holds them
 };
 
 // name -> shape of every tensor; unquantised (fp8 / int4 scales are not listed).
-std::map<std::string, std::vector<int64_t>> checkpoint_layout(const ModelConfig& config, ExpertTensors experts);
+std::map<std::string, std::vector<int64_t>> checkpoint_layout(const ModelConfig& config,
+                                                              ExpertTensors experts);
 
 }  // namespace moe::model

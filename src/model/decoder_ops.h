@@ -12,13 +12,13 @@
 #include <span>
 #include <vector>
 
+#include "core/host_memory.h"
 #include "kv_cache.h"
-#include "rope.h"
 #include "moe/core/checkpoint.h"
 #include "moe/core/expert_batch.h"
-#include "core/host_memory.h"
 #include "moe/model/causal_lm.h"
 #include "moe/model/model_config.h"
+#include "rope.h"
 
 namespace moe::model {
 
@@ -105,7 +105,7 @@ std::unique_ptr<DecoderOps> make_cpu_decoder_ops();
 std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& dir, const ModelOptions& options,
                                          std::unique_ptr<DecoderOps> ops);
 // The same from a parsed config and its weights (a checkpoint without files: Checkpoint::generated).
-std::unique_ptr<CausalLM> load_causal_lm(ModelConfig config, Checkpoint checkpoint, const ModelOptions& options,
-                                         std::unique_ptr<DecoderOps> ops);
+std::unique_ptr<CausalLM> load_causal_lm(ModelConfig config, Checkpoint checkpoint,
+                                         const ModelOptions& options, std::unique_ptr<DecoderOps> ops);
 
 }  // namespace moe::model

@@ -10,10 +10,11 @@
 namespace moe::model {
 
 void check_token_choice(const TokenChoice& c) {
-  MOE_CHECK(std::isfinite(c.temperature) && c.temperature >= 0.0, "temperature must be >= 0 (0 is greedy), got {}",
-            c.temperature);
+  MOE_CHECK(std::isfinite(c.temperature) && c.temperature >= 0.0,
+            "temperature must be >= 0 (0 is greedy), got {}", c.temperature);
   MOE_CHECK(c.top_k >= 0, "top_k must be >= 0 (0 keeps every token), got {}", c.top_k);
-  MOE_CHECK(c.top_p > 0.0 && c.top_p <= 1.0, "top_p must be in (0, 1] (1 keeps every token), got {}", c.top_p);
+  MOE_CHECK(c.top_p > 0.0 && c.top_p <= 1.0, "top_p must be in (0, 1] (1 keeps every token), got {}",
+            c.top_p);
   MOE_CHECK(c.uniform >= 0.0 && c.uniform < 1.0, "a token choice's uniform draw must be in [0, 1), got {}",
             c.uniform);
 }
@@ -29,7 +30,9 @@ int32_t choose_token(std::span<const float> logits, const TokenChoice& c) {
   const float max_logit = logits[best];
   // NOTE: the temperature as the kernel gets it (fp32), the weights in double as it computes them.
   const double temperature = static_cast<float>(c.temperature);
-  const auto weight = [&](int64_t i) { return std::exp((double(logits[i]) - double(max_logit)) / temperature); };
+  const auto weight = [&](int64_t i) {
+    return std::exp((double(logits[i]) - double(max_logit)) / temperature);
+  };
   float threshold = -INFINITY;  // kept: logits >= threshold
   if (c.top_k > 0 && c.top_k < V) {
     std::vector<float> sorted(logits.begin(), logits.end());

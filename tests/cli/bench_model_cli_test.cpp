@@ -74,7 +74,8 @@ TEST(BenchModelCli, BadRandomModelsAreOneErrorLine) {
   std::ofstream(bad_json) << "{ not json";
   std::ofstream(bad_type) << R"({"model_type": "gpt2", "hidden_size": 64})";
   const std::pair<std::string, std::string> cases[] = {
-      {"--random-model qwen9 --backend cuda", "neither a named shape (qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite)"},
+      {"--random-model qwen9 --backend cuda",
+       "neither a named shape (qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite)"},
       {"--random-model " + (dir / "none.json").string() + " --backend cuda", "nor a config.json file"},
       {"--random-model " + bad_json.string() + " --backend cuda", "not a JSON object"},
       {"--random-model " + bad_type.string() + " --backend cuda", "gpt2"},

@@ -1,8 +1,8 @@
 // Random weights made on the GPU for `moe bench --random-model`: the fill kernel is a pure function of
 // (seed, index) with the asked-for scale, and a model loaded from a generated checkpoint whose tensors are
 // already on the device (bf16; norms, biases and routers on the host, as the bench makes them) gives the
-// logits of the same weights loaded from the fixture's directory; and the device's token choice. Skips without
-// a GPU.
+// logits of the same weights loaded from the fixture's directory; and the device's token choice. Skips
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,17 +69,21 @@ TEST_P(DeviceWeights, LoadAsTheDirectoryDoes) {
     if (!file.contains(stored)) stored.replace(stored.find("mlp."), 4, "block_sparse_moe.");
     const Tensor t = file.get(stored);
     EXPECT_EQ(t.shape(), shape) << name;
-    const bool host = name.ends_with("norm.weight") || name.ends_with(".bias") || name.ends_with(".mlp.gate.weight") ||
-                      name.ends_with("shared_expert_gate.weight") || name.ends_with("e_score_correction_bias");
+    const bool host = name.ends_with("norm.weight") || name.ends_with(".bias") ||
+                      name.ends_with(".mlp.gate.weight") || name.ends_with("shared_expert_gate.weight") ||
+                      name.ends_with("e_score_correction_bias");
     return host ? t : cuda::to_device(t, DType::BF16, nullptr);
   };
   const auto generated = engine::load_cuda_causal_lm(
-      config, Checkpoint::generated("fixture", model::checkpoint_layout(config, model::ExpertTensors::per_expert), maker),
+      config,
+      Checkpoint::generated("fixture", model::checkpoint_layout(config, model::ExpertTensors::per_expert),
+                            maker),
       {});
   const auto from_dir = engine::load_cuda_causal_lm(dir, {});
   const std::vector<std::vector<int32_t>> prompt = {{1, 5, 9, 2, 7, 3}};
   auto cache_a = from_dir->new_cache(1, 8), cache_b = generated->new_cache(1, 8);
-  const Tensor a = from_dir->forward(prompt, *cache_a, false), b = generated->forward(prompt, *cache_b, false);
+  const Tensor a = from_dir->forward(prompt, *cache_a, false),
+               b = generated->forward(prompt, *cache_b, false);
   ASSERT_EQ(a.shape(), b.shape());
   const int64_t V = a.size(1);
   for (int64_t r = 0; r < a.size(0); ++r)
@@ -95,9 +99,12 @@ TEST(DeviceTokenChoice, MatchesTheHostRule) {
   std::mt19937_64 gen(seed);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  const std::vector<model::TokenChoice> kinds = {
-      {}, {.temperature = 1.0}, {.temperature = 0.7, .top_k = 50}, {.temperature = 1.3, .top_p = 0.9},
-      {.temperature = 0.8, .top_k = 1000, .top_p = 0.5}, {.temperature = 2.0, .top_k = 1}};
+  const std::vector<model::TokenChoice> kinds = {{},
+                                                 {.temperature = 1.0},
+                                                 {.temperature = 0.7, .top_k = 50},
+                                                 {.temperature = 1.3, .top_p = 0.9},
+                                                 {.temperature = 0.8, .top_k = 1000, .top_p = 0.5},
+                                                 {.temperature = 2.0, .top_k = 1}};
   const int64_t rows = 48, V = 151936;
   Tensor host = Tensor::empty(DType::F32, {rows, V});
   for (int64_t i = 0; i < host.numel(); ++i) host.data_as<float>()[i] = normal(gen);
@@ -111,7 +118,8 @@ TEST(DeviceTokenChoice, MatchesTheHostRule) {
   const std::vector<int32_t> ids = ops->choose_tokens(cuda::to_device(host, DType::F32, nullptr), choices);
   ASSERT_EQ(static_cast<int64_t>(ids.size()), rows);
   for (int64_t r = 0; r < rows; ++r)
-    EXPECT_EQ(ids[r], model::choose_token({host.data_as<float>() + r * V, static_cast<size_t>(V)}, choices[r]))
+    EXPECT_EQ(ids[r],
+              model::choose_token({host.data_as<float>() + r * V, static_cast<size_t>(V)}, choices[r]))
         << "row " << r;
 }
 
@@ -124,7 +132,8 @@ TEST(DeviceTokenChoice, ForwardSampleIsTheArgmaxOfForward) {
   const Tensor logits = lm->forward(prompts, *a, true);  // [3, V]
   const std::vector<int32_t> ids = lm->forward_sample(prompts, *b, std::vector<model::TokenChoice>(3));
   ASSERT_EQ(ids.size(), 3u);
-  for (int64_t r = 0; r < 3; ++r) EXPECT_EQ(ids[r], argmax(logits.data_as<float>() + r * logits.size(1), logits.size(1)));
+  for (int64_t r = 0; r < 3; ++r)
+    EXPECT_EQ(ids[r], argmax(logits.data_as<float>() + r * logits.size(1), logits.size(1)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeviceWeights, ::testing::ValuesIn(fixture_families()),

@@ -24,14 +24,17 @@ TEST_P(CheckpointLayout, ListsTheFixturesTensors) {
   const std::filesystem::path dir = fixture_dir(GetParam());
   const Checkpoint checkpoint = Checkpoint::open(dir);
   std::map<std::string, std::vector<int64_t>> found;
-  for (const std::string& name : checkpoint.names()) found[without_block_sparse(name)] = checkpoint.get(name).shape();
-  const auto layout = model::checkpoint_layout(model::load_model_config(dir), model::ExpertTensors::per_expert);
+  for (const std::string& name : checkpoint.names())
+    found[without_block_sparse(name)] = checkpoint.get(name).shape();
+  const auto layout =
+      model::checkpoint_layout(model::load_model_config(dir), model::ExpertTensors::per_expert);
   for (const auto& [name, shape] : layout) {
     const auto it = found.find(name);
     ASSERT_NE(it, found.end()) << name << " is in the layout, not in the fixture";
     EXPECT_EQ(it->second, shape) << name;
   }
-  for (const auto& [name, shape] : found) EXPECT_TRUE(layout.count(name)) << name << " is missing from the layout";
+  for (const auto& [name, shape] : found)
+    EXPECT_TRUE(layout.count(name)) << name << " is missing from the layout";
 }
 
 TEST_P(CheckpointLayout, AGeneratedCheckpointLoadsAsTheDirectoryDoes) {
@@ -58,9 +61,11 @@ TEST_P(CheckpointLayout, AGeneratedCheckpointLoadsAsTheDirectoryDoes) {
   EXPECT_GT(made, 0);
   const std::vector<std::vector<int32_t>> prompt = {{1, 5, 9, 2, 7}};
   auto cache_a = from_dir->new_cache(1, 8), cache_b = from_generated->new_cache(1, 8);
-  const Tensor a = from_dir->forward(prompt, *cache_a, true), b = from_generated->forward(prompt, *cache_b, true);
+  const Tensor a = from_dir->forward(prompt, *cache_a, true),
+               b = from_generated->forward(prompt, *cache_b, true);
   ASSERT_EQ(a.shape(), b.shape());
-  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data_as<float>()[i], b.data_as<float>()[i]) << "logit " << i;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    ASSERT_EQ(a.data_as<float>()[i], b.data_as<float>()[i]) << "logit " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CheckpointLayout, ::testing::ValuesIn(fixture_families()),

@@ -8,8 +8,8 @@
 #include <map>
 #include <vector>
 
-#include "model_fixture.h"
 #include "error_of.h"
+#include "model_fixture.h"
 
 namespace moe::test {
 namespace {
@@ -29,7 +29,9 @@ std::map<int32_t, int> counts(TokenChoice c, int n) {
   return seen;
 }
 
-TEST(TokenChoice, GreedyTakesTheLowerIdOfTies) { EXPECT_EQ(choose_token(kLogits, {}), 1); }
+TEST(TokenChoice, GreedyTakesTheLowerIdOfTies) {
+  EXPECT_EQ(choose_token(kLogits, {}), 1);
+}
 
 TEST(TokenChoice, DrawsFollowTheSoftmaxOfTheKeptTokens) {
   constexpr int n = 100000;
@@ -54,7 +56,8 @@ TEST(TokenChoice, DrawsFollowTheSoftmaxOfTheKeptTokens) {
 }
 
 TEST(TokenChoice, BadFieldsAreErrors) {
-  EXPECT_NE(error_of([] { choose_token(kLogits, {.temperature = -1}); }).find("temperature"), std::string::npos);
+  EXPECT_NE(error_of([] { choose_token(kLogits, {.temperature = -1}); }).find("temperature"),
+            std::string::npos);
   EXPECT_NE(error_of([] { choose_token(kLogits, {.top_k = -2}); }).find("top_k"), std::string::npos);
   EXPECT_NE(error_of([] { choose_token(kLogits, {.top_p = 0}); }).find("top_p"), std::string::npos);
   EXPECT_NE(error_of([] { choose_token(kLogits, {.uniform = 1.0}); }).find("uniform"), std::string::npos);
@@ -67,15 +70,18 @@ TEST(TokenChoice, ForwardSampleChoosesFromForwardsLogits) {
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}, {4, 2}};
   auto a = lm->new_cache(2, 8), b = lm->new_cache(2, 8);
   const Tensor logits = lm->forward(prompts, *a, true);  // [2, V]
-  const std::vector<TokenChoice> choices = {{}, {.temperature = 0.8, .top_k = 20, .top_p = 0.9, .uniform = 0.37}};
+  const std::vector<TokenChoice> choices = {{},
+                                            {.temperature = 0.8, .top_k = 20, .top_p = 0.9, .uniform = 0.37}};
   const std::vector<int32_t> ids = lm->forward_sample(prompts, *b, choices);
   const int64_t V = logits.size(1);
   ASSERT_EQ(ids.size(), 2u);
   for (int64_t r = 0; r < 2; ++r)
-    EXPECT_EQ(ids[r], choose_token({logits.data_as<float>() + r * V, static_cast<size_t>(V)}, choices[r])) << r;
+    EXPECT_EQ(ids[r], choose_token({logits.data_as<float>() + r * V, static_cast<size_t>(V)}, choices[r]))
+        << r;
   EXPECT_EQ(ids[0], argmax(logits.data_as<float>(), V));
-  EXPECT_NE(error_of([&] { lm->forward_sample(prompts, *b, std::vector<TokenChoice>(1)); }).find("2 sequences"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { lm->forward_sample(prompts, *b, std::vector<TokenChoice>(1)); }).find("2 sequences"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ class Checkpoint {
   // disk): `shapes` lists every name with its shape, and get(name) returns make(name, shape), a new tensor
   // each call (the caller keeps what it needs). `label` stands for the path in error messages.
   using Maker = std::function<Tensor(const std::string& name, const std::vector<int64_t>& shape)>;
-  static Checkpoint generated(std::string label, std::map<std::string, std::vector<int64_t>> shapes, Maker make);
+  static Checkpoint generated(std::string label, std::map<std::string, std::vector<int64_t>> shapes,
+                              Maker make);
 
   bool contains(const std::string& name) const;
   // Sorted tensor names across all shards.

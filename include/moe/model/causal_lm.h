@@ -138,8 +138,8 @@ class CausalLM {
   // forward with last_only, then the next token of each sequence that got tokens (in order), chosen by
   // choices[i] (one per such sequence) where the logits are: for the decoder on a GPU only the ids come back.
   // The default chooses on the host from forward's logits.
-  virtual std::vector<int32_t> forward_sample(std::span<const std::vector<int32_t>> new_tokens, KvCache& cache,
-                                              std::span<const TokenChoice> choices,
+  virtual std::vector<int32_t> forward_sample(std::span<const std::vector<int32_t>> new_tokens,
+                                              KvCache& cache, std::span<const TokenChoice> choices,
                                               const RoutingObserver& observer = {});
 };
 
