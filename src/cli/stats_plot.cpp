@@ -97,11 +97,14 @@ struct Epoch {
   RankLoads before, after;
 };
 
+// "epochs" at the top, or under "ep" (moe generate --ep --eplb-interval-steps --stats).
 std::vector<Epoch> epochs_of(const json& stats) {
   std::vector<Epoch> epochs;
-  if (!stats.contains("epochs")) return epochs;
-  MOE_CHECK(stats["epochs"].is_array(), "stats file: \"epochs\" must be a list of {{epoch, layers}} objects");
-  for (const json& e : stats["epochs"]) {
+  const bool in_ep = stats.contains("ep") && stats["ep"].is_object() && stats["ep"].contains("epochs");
+  if (!stats.contains("epochs") && !in_ep) return epochs;
+  const json& list = in_ep ? stats["ep"]["epochs"] : stats["epochs"];
+  MOE_CHECK(list.is_array(), "stats file: \"epochs\" must be a list of {{epoch, layers}} objects");
+  for (const json& e : list) {
     MOE_CHECK(e.is_object() && e.contains("epoch") && e["epoch"].is_number_integer() && e.contains("layers") &&
                   e["layers"].is_object(),
               "stats file: every epoch needs an integer \"epoch\" and a \"layers\" object");
