@@ -60,5 +60,15 @@ int main(int argc, char** argv) {
   fmt::print("max/mean after, next window       {:.3f}  (target <= 1.10)\n",
              moe::ep::max_over_mean(d.placement, next, kRanks));
   fmt::print("moved experts {}, decision {:.0f} us\n", d.moved_experts, us);
+  // The next decision, on the next window of the same distribution: the default min_gain keeps the placement
+  // still where a decision without it would move many experts for a gain within the noise.
+  const moe::ep::RebalanceOptions keep{.n_ranks = kRanks, .redundant_slots = kRedundant, .min_gain = 0.05};
+  const moe::ep::RebalanceDecision again = moe::ep::rebalance_layer(next, d.placement, keep);
+  moe::ep::RebalanceOptions any_gain = keep;
+  any_gain.min_gain = 0;
+  const moe::ep::RebalanceDecision eager = moe::ep::rebalance_layer(next, d.placement, any_gain);
+  fmt::print("next window: {} at min_gain 0.05; at 0, {} experts would move for max/mean {:.3f} -> {:.3f}\n",
+             again.move ? "move" : "no move", eager.moved_experts, eager.max_over_mean_before,
+             eager.max_over_mean_after);
   return 0;
 }
