@@ -116,6 +116,58 @@ int first_unheld(const Placement& placement, int active_ranks) {
   return -1;
 }
 
+// The incremental candidate: the current placement improved by moving or swapping single replicas between
+// its most and its least loaded rank while that lowers the larger of the two (replica counts unchanged).
+std::vector<std::vector<int32_t>> refine(const Placement& current, std::span<const int64_t> load, int A,
+                                         int capacity) {
+  std::vector<std::vector<int32_t>> ranks(current.rank_experts.begin(), current.rank_experts.begin() + A);
+  auto share = [&](int32_t e) { return static_cast<double>(load[e]) / current.n_replicas(e); };
+  std::vector<double> rank_load(A, 0.0);
+  for (int r = 0; r < A; ++r)
+    for (int32_t e : ranks[r]) rank_load[r] += share(e);
+  auto has = [&](int r, int32_t e) { return std::find(ranks[r].begin(), ranks[r].end(), e) != ranks[r].end(); };
+  for (int step = 0; step < 4 * current.n_experts; ++step) {
+    const int hi = static_cast<int>(std::max_element(rank_load.begin(), rank_load.end()) - rank_load.begin());
+    const int lo = static_cast<int>(std::min_element(rank_load.begin(), rank_load.end()) - rank_load.begin());
+    double best = rank_load[hi];
+    int take = -1, give = -1;  // index in ranks[hi] moving to lo; index in ranks[lo] moving back (-1: none)
+    for (size_t i = 0; i < ranks[hi].size(); ++i) {
+      const int32_t x = ranks[hi][i];
+      if (has(lo, x)) continue;
+      if (static_cast<int>(ranks[lo].size()) < capacity) {
+        const double peak = std::max(rank_load[hi] - share(x), rank_load[lo] + share(x));
+        if (peak < best - 1e-9) best = peak, take = static_cast<int>(i), give = -1;
+      }
+      for (size_t j = 0; j < ranks[lo].size(); ++j) {
+        const int32_t y = ranks[lo][j];
+        if (has(hi, y)) continue;
+        const double d = share(x) - share(y);
+        const double peak = std::max(rank_load[hi] - d, rank_load[lo] + d);
+        if (peak < best - 1e-9) best = peak, take = static_cast<int>(i), give = static_cast<int>(j);
+      }
+    }
+    if (take < 0) break;
+    const int32_t x = ranks[hi][take];
+    rank_load[hi] -= share(x), rank_load[lo] += share(x);
+    ranks[hi].erase(ranks[hi].begin() + take);
+    if (give >= 0) {
+      const int32_t y = ranks[lo][give];
+      rank_load[lo] -= share(y), rank_load[hi] += share(y);
+      ranks[lo].erase(ranks[lo].begin() + give);
+      ranks[hi].push_back(y);
+    }
+    ranks[lo].push_back(x);
+  }
+  return ranks;
+}
+
+int moved_between(const Placement& from, const Placement& to) {
+  int moved = 0;
+  for (int r = 0; r < to.n_ranks; ++r)
+    moved += static_cast<int>(to.rank_experts[r].size()) - overlap_of(to.rank_experts[r], from.rank_experts[r]);
+  return moved;
+}
+
 }  // namespace
 
 void check_active_coverage(const Placement& placement, int active_ranks) {
@@ -201,15 +253,34 @@ RebalanceDecision rebalance_layer(std::span<const int64_t> load, const Placement
   ranks.resize(R);
   RebalanceDecision d{.placement = make_placement(E, R, std::move(ranks))};
   check_active_coverage(d.placement, A);
-  for (int r = 0; r < R; ++r)
-    d.moved_experts += static_cast<int>(d.placement.rank_experts[r].size()) -
-                       overlap_of(d.placement.rank_experts[r], current.rank_experts[r]);
-
-  // 4. Move only for a gain, or when the current placement does not fit the active ranks.
+  d.moved_experts = moved_between(current, d.placement);
   d.max_over_mean_before = max_over_mean(current, load, A);
   d.max_over_mean_after = max_over_mean(d.placement, load, A);
   bool fits = first_unheld(current, A) < 0;
   for (int r = A; r < R; ++r) fits = fits && current.rank_experts[r].empty();
+
+  // 3b. One host, the same slots: the current placement refined by single moves and swaps moves far fewer
+  // experts; it wins when its predicted max/mean is within min_gain / 2 of the fresh packing's.
+  int current_slots = 0, widest = rank_capacity;
+  for (const auto& held : current.rank_experts) {
+    current_slots += static_cast<int>(held.size());
+    widest = std::max(widest, static_cast<int>(held.size()));
+  }
+  if (fits && H == 1 && current_slots == slots) {
+    std::vector<std::vector<int32_t>> refined = refine(current, load, A, widest);
+    for (auto& held : refined) std::sort(held.begin(), held.end());
+    refined.resize(R);
+    Placement incremental = make_placement(E, R, std::move(refined));
+    const double ratio = max_over_mean(incremental, load, A);
+    const int moved = moved_between(current, incremental);
+    if (ratio <= d.max_over_mean_after + options.min_gain / 2 && moved < d.moved_experts) {
+      d.placement = std::move(incremental);
+      d.moved_experts = moved;
+      d.max_over_mean_after = ratio;
+    }
+  }
+
+  // 4. Move only for a gain, or when the current placement does not fit the active ranks.
   const bool gain = d.max_over_mean_before - d.max_over_mean_after >= options.min_gain;
   d.move = d.moved_experts > 0 && (gain || !fits);
   if (!d.move) {

@@ -9,7 +9,10 @@
 //      its rank with the smallest load, a free slot and no copy yet (hosts first balances the traffic
 //      between hosts; one host is the flat case)
 //   3. the new ranks are relabelled (within a host, and hosts among themselves) to keep as many of the
-//      current (rank, expert) pairs as possible, so that fewer weights move
+//      current (rank, expert) pairs as possible, so that fewer weights move; on one host with the same
+//      slot count, the current placement refined by single moves and swaps between its most and least
+//      loaded ranks wins instead when it balances within min_gain / 2 of the fresh packing with fewer moves
+//      (drift is then followed with a few copies, not a reshuffle)
 //   4. "no move" when the predicted max/mean rank load improves on the current placement's by less than
 //      min_gain (an absolute difference of the two ratios)
 // Ranks 0 .. active_ranks-1 take experts; the ranks beyond hold none (they stay idle in the world).
