@@ -95,6 +95,10 @@ void ExpertParallel::install(model::ModelOptions& options) {
     if (!placement_) placement_ = placement;
     auto totals = std::make_shared<ep::ExchangeStats>();
     if (eplb_.interval_steps > 0) {
+      MOE_CHECK(int64_t{eplb_.redundant_experts} <= int64_t{E} * (size() - 1),
+                "--num-redundant-experts {}: {} experts on {} ranks have room for at most {} replicas (a rank holds "
+                "an expert once); give fewer or run on more ranks",
+                eplb_.redundant_experts, E, size(), int64_t{E} * (size() - 1));
       // Elastic: the block keeps its epoch's placement and slot weights, and the layer is rebuilt at a switch.
       auto live = std::make_shared<Live>();
       live->config = config;

@@ -99,6 +99,10 @@ TEST(GenerateEplbCli, OptionsRefusedWhereTheyCannotWork) {
   r = run_command(dir.path(), mpirun(2) + MOE_BINARY + model + "--ep --eplb-interval-steps 2 --ep-transfer bf16");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("error: --eplb-interval-steps keeps outputs bit-identical"), std::string::npos) << r.err;
+  // olmoe's fixture: 8 experts on 2 ranks hold at most 8 replicas.
+  r = run_command(dir.path(), mpirun(2) + MOE_BINARY + model + "--ep --eplb-interval-steps 2 --num-redundant-experts 9");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("error: --num-redundant-experts 9: 8 experts on 2 ranks"), std::string::npos) << r.err;
 }
 
 }  // namespace
