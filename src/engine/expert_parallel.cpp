@@ -180,6 +180,8 @@ void ExpertParallel::rebalance() {
     staged.emplace_back(i, std::move(next));
   }
   // NOTE: a switch by some ranks only would route with tables the others lack: all switch here or none.
+  // The copies above are synchronous, so every rank is ready when it gets here; the agreement is the one
+  // point where ranks commit to the new epoch (with copies in the background it is where they wait).
   if (staged.empty() || !ep::agree_switch(*host_, true)) return;
   for (auto& [i, next] : staged) {
     next.layer = build_layer(next);
