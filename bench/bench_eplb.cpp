@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   const moe::ep::RebalanceDecision d = moe::ep::rebalance_layer(
       window, current, {.n_ranks = kRanks, .redundant_slots = kRedundant, .min_gain = 0.05});
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
 
   fmt::print("zipf s={} E={} k={} ranks={} redundant={} tokens={} seed={}\n", kZipf, kExperts, kTopK, kRanks,
              kRedundant, tokens, seed);

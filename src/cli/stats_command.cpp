@@ -20,10 +20,11 @@ struct PlotOptions {
 
 void run_plot(const PlotOptions& o) {
   const std::string ext = std::filesystem::path(o.out).extension().string();
-  MOE_CHECK(ext != ".png",
-            "--out {}: moe stats plot writes SVG only (no image library here); give a .svg path and convert it if "
-            "needed (rsvg-convert FILE.svg -o FILE.png)",
-            o.out);
+  MOE_CHECK(
+      ext != ".png",
+      "--out {}: moe stats plot writes SVG only (no image library here); give a .svg path and convert it if "
+      "needed (rsvg-convert FILE.svg -o FILE.png)",
+      o.out);
   MOE_CHECK(ext == ".svg", "--out {}: the picture is an SVG file: give a path ending in .svg", o.out);
   const NamedPath outputs[] = {{"--out", o.out}};
   const NamedPath inputs[] = {{"STATS.json", o.stats}};
@@ -39,9 +40,11 @@ Run add_stats_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("stats", "Look at expert-load statistics files");
   sub->require_subcommand(1);
   CLI::App* plot = sub->add_subcommand(
-      "plot", "Draw a --stats file as SVG: the layers x experts load heatmap (dead and hot experts marked) and, "
-              "under expert parallelism, per-rank load per layer (before and after each epoch when it has epochs)");
-  plot->add_option("STATS.json", options->stats, "A load-statistics file (moe generate --stats, moe layer --stats)")
+      "plot",
+      "Draw a --stats file as SVG: the layers x experts load heatmap (dead and hot experts marked) and, "
+      "under expert parallelism, per-rank load per layer (before and after each epoch when it has epochs)");
+  plot->add_option("STATS.json", options->stats,
+                   "A load-statistics file (moe generate --stats, moe layer --stats)")
       ->required();
   plot->add_option("--out", options->out, "The picture to write (.svg)")->required();
   return [options] { run_plot(*options); };

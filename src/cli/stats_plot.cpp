@@ -1,11 +1,11 @@
 #include "stats_plot.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "moe/core/check.h"
@@ -26,9 +26,10 @@ struct LayerLoad {
 using RankLoads = std::map<int, std::vector<double>>;  // layer -> [n_ranks]
 
 std::vector<int64_t> tokens_per_expert(const json& stats, const std::string& where) {
-  MOE_CHECK(stats.is_object() && stats.contains("tokens_per_expert") && stats["tokens_per_expert"].is_array(),
-            "{} has no tokens_per_expert list (write the file with moe generate --stats or moe layer --stats)",
-            where);
+  MOE_CHECK(
+      stats.is_object() && stats.contains("tokens_per_expert") && stats["tokens_per_expert"].is_array(),
+      "{} has no tokens_per_expert list (write the file with moe generate --stats or moe layer --stats)",
+      where);
   try {
     return stats["tokens_per_expert"].get<std::vector<int64_t>>();
   } catch (const json::exception&) {
@@ -56,7 +57,8 @@ std::vector<LayerLoad> heatmap_rows(const json& stats) {
     rows.push_back({0, tokens_per_expert(stats, "stats file")});
   }
   MOE_CHECK(!rows.empty(), "stats file: no layers to plot");
-  std::sort(rows.begin(), rows.end(), [](const LayerLoad& a, const LayerLoad& b) { return a.layer < b.layer; });
+  std::sort(rows.begin(), rows.end(),
+            [](const LayerLoad& a, const LayerLoad& b) { return a.layer < b.layer; });
   for (const LayerLoad& r : rows)
     MOE_CHECK(r.pairs.size() == rows[0].pairs.size() && !r.pairs.empty(),
               "stats file: layer {} has {} experts, layer {} has {}", r.layer, r.pairs.size(), rows[0].layer,
@@ -105,8 +107,8 @@ std::vector<Epoch> epochs_of(const json& stats) {
   const json& list = in_ep ? stats["ep"]["epochs"] : stats["epochs"];
   MOE_CHECK(list.is_array(), "stats file: \"epochs\" must be a list of {{epoch, layers}} objects");
   for (const json& e : list) {
-    MOE_CHECK(e.is_object() && e.contains("epoch") && e["epoch"].is_number_integer() && e.contains("layers") &&
-                  e["layers"].is_object(),
+    MOE_CHECK(e.is_object() && e.contains("epoch") && e["epoch"].is_number_integer() &&
+                  e.contains("layers") && e["layers"].is_object(),
               "stats file: every epoch needs an integer \"epoch\" and a \"layers\" object");
     Epoch epoch{.epoch = e["epoch"].get<int>(), .before = {}, .after = {}};
     for (const auto& [key, layer] : e["layers"].items()) {
@@ -131,11 +133,16 @@ std::string heat_colour(double over_mean) {
 std::string escape(const std::string& text) {
   std::string out;
   for (char c : text) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
@@ -162,7 +169,9 @@ double rank_bars(std::string& svg, double top, const std::string& title,
   for (const auto& [layer, first] : *series[0].second) {
     std::string label = fmt::format("layer {}", layer);
     for (const auto& [name, loads] : series)
-      if (loads->count(layer)) label += fmt::format("  {}{:.2f}", name.empty() ? "max/mean " : name + " ", max_over_mean(loads->at(layer)));
+      if (loads->count(layer))
+        label += fmt::format("  {}{:.2f}", name.empty() ? "max/mean " : name + " ",
+                             max_over_mean(loads->at(layer)));
     svg += fmt::format("<text x=\"10\" y=\"{:.0f}\">{}</text>\n", y + 10, escape(label));
     y += 14;
     for (size_t r = 0; r < first.size(); ++r) {
@@ -171,7 +180,8 @@ double rank_bars(std::string& svg, double top, const std::string& title,
         if (it == series[s].second->end() || r >= it->second.size()) continue;
         const double l = it->second[r], w = peak > 0 ? width * l / peak : 0;
         svg += fmt::format(
-            "<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"{}\"><title>layer {} rank {}"
+            "<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"{}\"><title>layer {} "
+            "rank {}"
             "{}: {:.0f} pairs</title></rect>\n",
             x0, y, w, bar, colours[s % 2], layer, r, series[s].first.empty() ? "" : " " + series[s].first, l);
         y += bar;
@@ -202,35 +212,43 @@ std::string stats_plot_svg(const json& stats) {
     for (int64_t p : row.pairs) total += p;
     const double mean = static_cast<double>(total) / E;
     const double y = y0 + i * ch;
-    body += fmt::format("<text x=\"{:.0f}\" y=\"{:.1f}\" class=\"s\" text-anchor=\"end\">layer {}</text>\n", x0 - 4,
-                        y + ch - 1, row.layer);
+    body += fmt::format("<text x=\"{:.0f}\" y=\"{:.1f}\" class=\"s\" text-anchor=\"end\">layer {}</text>\n",
+                        x0 - 4, y + ch - 1, row.layer);
     for (int e = 0; e < E; ++e) {
       const double x = x0 + e * cw, over = mean > 0 ? static_cast<double>(row.pairs[e]) / mean : 0.0;
       const bool is_dead = row.pairs[e] == 0, is_hot = mean > 0 && over >= kHotOverMean;
       dead += is_dead, hot += is_hot;
-      const std::string tip = fmt::format("layer {} expert {}: {} pairs ({:.2f} x mean){}", row.layer, e,
-                                          row.pairs[e], over, is_dead ? ", dead" : is_hot ? ", hot" : "");
+      const std::string tip =
+          fmt::format("layer {} expert {}: {} pairs ({:.2f} x mean){}", row.layer, e, row.pairs[e], over,
+                      is_dead  ? ", dead"
+                      : is_hot ? ", hot"
+                               : "");
       body += fmt::format(
-          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"{}><title>{}</title></rect>\n",
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+          "fill=\"{}\"{}><title>{}</title></rect>\n",
           x, y, cw, ch, is_dead ? "black" : heat_colour(over),
           is_hot ? " class=\"hot\" stroke=\"#600000\" stroke-width=\"1.5\"" : "", tip);
       if (is_dead)
         body += fmt::format(
-            "<path class=\"dead\" d=\"M{:.1f} {:.1f}L{:.1f} {:.1f}M{:.1f} {:.1f}L{:.1f} {:.1f}\" stroke=\"white\" "
+            "<path class=\"dead\" d=\"M{:.1f} {:.1f}L{:.1f} {:.1f}M{:.1f} {:.1f}L{:.1f} {:.1f}\" "
+            "stroke=\"white\" "
             "stroke-width=\"0.8\"/>\n",
             x, y, x + cw, y + ch, x + cw, y, x, y + ch);
     }
   }
   double y = y0 + L * ch + 20;
   body += fmt::format(
-      "<text x=\"{:.0f}\" y=\"{:.0f}\">colour: pairs / layer mean, log scale (blue 1/8, white 1, red 8); black "
+      "<text x=\"{:.0f}\" y=\"{:.0f}\">colour: pairs / layer mean, log scale (blue 1/8, white 1, red 8); "
+      "black "
       "with a cross: dead ({}); outlined: hot, at least {:g} x mean ({})</text>\n",
       x0, y, dead, kHotOverMean, hot);
   y += 20;
   if (!ep.empty()) y += rank_bars(body, y, "pairs served per rank (expert parallelism)", {{"", &ep}});
   for (const Epoch& epoch : epochs)
-    y += rank_bars(body, y, fmt::format("epoch {}: per-rank load before (grey) and after (blue) the switch", epoch.epoch),
-                   {{"before", &epoch.before}, {"after", &epoch.after}});
+    y += rank_bars(
+        body, y,
+        fmt::format("epoch {}: per-rank load before (grey) and after (blue) the switch", epoch.epoch),
+        {{"before", &epoch.before}, {"after", &epoch.after}});
 
   const std::string title = fmt::format("expert load: {}{} layers x {} experts{}",
                                         stats.contains("model_type") && stats["model_type"].is_string()
@@ -242,7 +260,8 @@ std::string stats_plot_svg(const json& stats) {
                                             : "");
   const double width = std::max(x0 + E * cw + 20, 800.0), height = y + 10;
   return fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} "
+      "{:.0f}\" "
       "font-family=\"sans-serif\" font-size=\"11\">\n<style>.h{{font-size:14px;font-weight:bold}} "
       ".s{{font-size:9px}}</style>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"10\" y=\"24\" class=\"h\">{}</text>\n{}</svg>\n",

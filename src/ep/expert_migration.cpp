@@ -17,20 +17,20 @@ bool holds(const Placement& p, int rank, int expert) {
 void check_weights(const SwigluWeights& w, const ExpertShape& s, int expert) {
   const std::vector<int64_t> in = {s.intermediate, s.hidden}, out = {s.hidden, s.intermediate};
   for (const Tensor* t : {&w.gate, &w.up, &w.down})
-    MOE_CHECK(t->dtype() == s.dtype && t->is_contiguous(), "migration: expert {} weights must be contiguous {}",
-              expert, dtype_name(s.dtype));
+    MOE_CHECK(t->dtype() == s.dtype && t->is_contiguous(),
+              "migration: expert {} weights must be contiguous {}", expert, dtype_name(s.dtype));
   MOE_CHECK(w.gate.shape() == in && w.up.shape() == in && w.down.shape() == out,
             "migration: expert {} weights {} {} {}, expected gate and up [{}, {}], down [{}, {}]", expert,
-            w.gate.shape_string(), w.up.shape_string(), w.down.shape_string(), s.intermediate, s.hidden, s.hidden,
-            s.intermediate);
+            w.gate.shape_string(), w.up.shape_string(), w.down.shape_string(), s.intermediate, s.hidden,
+            s.hidden, s.intermediate);
 }
 
 }  // namespace
 
 std::vector<ExpertMove> plan_moves(const Placement& from, const Placement& to) {
   MOE_CHECK(from.n_experts == to.n_experts && from.n_ranks == to.n_ranks,
-            "migration from {} experts on {} ranks to {} on {}: the sizes must agree", from.n_experts, from.n_ranks,
-            to.n_experts, to.n_ranks);
+            "migration from {} experts on {} ranks to {} on {}: the sizes must agree", from.n_experts,
+            from.n_ranks, to.n_experts, to.n_ranks);
   std::vector<ExpertMove> moves;
   for (int r = 0; r < to.n_ranks; ++r) {
     std::vector<int32_t> fresh;

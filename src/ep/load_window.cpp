@@ -10,7 +10,8 @@ LoadWindow::LoadWindow(int n_layers, int n_experts, int window_steps)
     : n_layers_(n_layers), n_experts_(n_experts), window_steps_(window_steps) {
   MOE_CHECK(n_layers >= 1 && n_experts >= 1, "load window of {} layers x {} experts: both must be at least 1",
             n_layers, n_experts);
-  MOE_CHECK(window_steps >= 1, "load window of {} steps: give --eplb-window-steps of at least 1", window_steps);
+  MOE_CHECK(window_steps >= 1, "load window of {} steps: give --eplb-window-steps of at least 1",
+            window_steps);
   const size_t cells = static_cast<size_t>(n_layers) * n_experts;
   ring_.assign(cells * window_steps, 0);
   open_.assign(cells, 0);

@@ -14,7 +14,8 @@ struct Replica {
   double load;  // the expert's load per replica
 };
 
-// Replica counts: one each, then the spare slots to the largest load per replica (a/ra > b/rb as a*rb > b*ra).
+// Replica counts: one each, then the spare slots to the largest load per replica (a/ra > b/rb as a*rb >
+// b*ra).
 std::vector<int> replica_counts(std::span<const int64_t> load, int spare, int max_replicas) {
   const int E = static_cast<int>(load.size());
   std::vector<int> replicas(E, 1);
@@ -62,7 +63,8 @@ std::vector<int> match_labels(const std::vector<std::vector<int>>& overlap) {
   std::vector<Pair> pairs;
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b) pairs.push_back({overlap[a][b], a, b});
-  std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& x, const Pair& y) { return x.overlap > y.overlap; });
+  std::stable_sort(pairs.begin(), pairs.end(),
+                   [](const Pair& x, const Pair& y) { return x.overlap > y.overlap; });
   std::vector<int> label_of(n, -1);
   std::vector<bool> taken(n, false);
   for (const Pair& p : pairs) {
@@ -92,7 +94,8 @@ std::vector<std::vector<int32_t>> relabel(std::vector<std::vector<int32_t>> pack
   };
   std::vector<std::vector<int>> host_overlap(H, std::vector<int>(H));
   for (int a = 0; a < H; ++a)
-    for (int b = 0; b < H; ++b) host_overlap[a][b] = overlap_of(host_experts(packed, a), host_experts(current.rank_experts, b));
+    for (int b = 0; b < H; ++b)
+      host_overlap[a][b] = overlap_of(host_experts(packed, a), host_experts(current.rank_experts, b));
   const std::vector<int> host_label = match_labels(host_overlap);
   std::vector<std::vector<int32_t>> out(A);
   for (int a = 0; a < H; ++a) {
@@ -125,7 +128,9 @@ std::vector<std::vector<int32_t>> refine(const Placement& current, std::span<con
   std::vector<double> rank_load(A, 0.0);
   for (int r = 0; r < A; ++r)
     for (int32_t e : ranks[r]) rank_load[r] += share(e);
-  auto has = [&](int r, int32_t e) { return std::find(ranks[r].begin(), ranks[r].end(), e) != ranks[r].end(); };
+  auto has = [&](int r, int32_t e) {
+    return std::find(ranks[r].begin(), ranks[r].end(), e) != ranks[r].end();
+  };
   for (int step = 0; step < 4 * current.n_experts; ++step) {
     const int hi = static_cast<int>(std::max_element(rank_load.begin(), rank_load.end()) - rank_load.begin());
     const int lo = static_cast<int>(std::min_element(rank_load.begin(), rank_load.end()) - rank_load.begin());
@@ -164,7 +169,8 @@ std::vector<std::vector<int32_t>> refine(const Placement& current, std::span<con
 int moved_between(const Placement& from, const Placement& to) {
   int moved = 0;
   for (int r = 0; r < to.n_ranks; ++r)
-    moved += static_cast<int>(to.rank_experts[r].size()) - overlap_of(to.rank_experts[r], from.rank_experts[r]);
+    moved +=
+        static_cast<int>(to.rank_experts[r].size()) - overlap_of(to.rank_experts[r], from.rank_experts[r]);
   return moved;
 }
 
@@ -173,7 +179,8 @@ int moved_between(const Placement& from, const Placement& to) {
 void check_active_coverage(const Placement& placement, int active_ranks) {
   const int e = first_unheld(placement, active_ranks);
   MOE_CHECK(e < 0,
-            "placement: expert {} is held by no active rank (ranks 0-{}); every expert needs a slot on an active rank",
+            "placement: expert {} is held by no active rank (ranks 0-{}); every expert needs a slot on an "
+            "active rank",
             e, active_ranks - 1);
 }
 
@@ -190,24 +197,28 @@ RebalanceDecision rebalance_layer(std::span<const int64_t> load, const Placement
   const int A = options.active_ranks == 0 ? R : options.active_ranks;
   const int rph = options.ranks_per_host == 0 ? A : options.ranks_per_host;
   MOE_CHECK(R >= 1 && A >= 1 && A <= R, "rebalance: {} active ranks of {}: need 1 to {}", A, R, R);
-  MOE_CHECK(rph >= 1 && A % rph == 0, "rebalance: {} ranks per host do not divide the {} active ranks", rph, A);
+  MOE_CHECK(rph >= 1 && A % rph == 0, "rebalance: {} ranks per host do not divide the {} active ranks", rph,
+            A);
   MOE_CHECK(current.n_experts == E && current.n_ranks == R,
             "rebalance: the current placement is for {} experts on {} ranks, the load for {} experts on {}",
             current.n_experts, current.n_ranks, E, R);
   const int N = options.redundant_slots;
-  MOE_CHECK(N >= 0 && int64_t{N} <= int64_t{E} * (A - 1),
-            "rebalance: {} redundant slots for {} experts on {} active ranks: use 0 to {} (a rank holds an expert "
-            "at most once)",
-            N, E, A, int64_t{E} * (A - 1));
+  MOE_CHECK(
+      N >= 0 && int64_t{N} <= int64_t{E} * (A - 1),
+      "rebalance: {} redundant slots for {} experts on {} active ranks: use 0 to {} (a rank holds an expert "
+      "at most once)",
+      N, E, A, int64_t{E} * (A - 1));
   MOE_CHECK(options.min_gain >= 0, "rebalance: min_gain {} must be at least 0", options.min_gain);
-  for (int e = 0; e < E; ++e) MOE_CHECK(load[e] >= 0, "rebalance: expert {} has a negative load {}", e, load[e]);
+  for (int e = 0; e < E; ++e)
+    MOE_CHECK(load[e] >= 0, "rebalance: expert {} has a negative load {}", e, load[e]);
 
   // 1. Replicas, as items largest load first.
   const std::vector<int> replicas = replica_counts(load, N, A);
   std::vector<Replica> items;
   for (int e = 0; e < E; ++e)
     for (int i = 0; i < replicas[e]; ++i) items.push_back({e, static_cast<double>(load[e]) / replicas[e]});
-  std::stable_sort(items.begin(), items.end(), [](const Replica& a, const Replica& b) { return a.load > b.load; });
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Replica& a, const Replica& b) { return a.load > b.load; });
 
   // 2. Hosts first, then ranks within each host.
   const int H = A / rph, slots = E + N;
@@ -217,14 +228,15 @@ RebalanceDecision rebalance_layer(std::span<const int64_t> load, const Placement
   std::vector<std::vector<int>> host_copies(H, std::vector<int>(E, 0));
   std::vector<std::vector<Replica>> host_items(H);
   for (const Replica& item : items) {
-    const int h = least_loaded(host_load, host_used, rph * rank_capacity,
-                               [&](int b) { return host_copies[b][item.expert] < rph; },
-                               [&](int b) {
-                                 for (int r = b * rph; r < (b + 1) * rph; ++r)
-                                   if (holds(current, r, item.expert)) return true;
-                                 return false;
-                               });
-    MOE_CHECK(h >= 0, "rebalance: no host has room for a replica of expert {}; give fewer redundant slots", item.expert);
+    const int h = least_loaded(
+        host_load, host_used, rph * rank_capacity, [&](int b) { return host_copies[b][item.expert] < rph; },
+        [&](int b) {
+          for (int r = b * rph; r < (b + 1) * rph; ++r)
+            if (holds(current, r, item.expert)) return true;
+          return false;
+        });
+    MOE_CHECK(h >= 0, "rebalance: no host has room for a replica of expert {}; give fewer redundant slots",
+              item.expert);
     host_load[h] += item.load;
     ++host_used[h];
     ++host_copies[h][item.expert];
@@ -235,11 +247,15 @@ RebalanceDecision rebalance_layer(std::span<const int64_t> load, const Placement
     std::vector<double> load_in(rank_load.begin() + h * rph, rank_load.begin() + (h + 1) * rph);
     std::vector<int> used_in(rph, 0);
     for (const Replica& item : host_items[h]) {
-      const int i = least_loaded(load_in, used_in, rank_capacity, [&](int b) {
-        const auto& held = packed[h * rph + b];
-        return std::find(held.begin(), held.end(), item.expert) == held.end();
-      }, [&](int b) { return holds(current, h * rph + b, item.expert); });
-      MOE_CHECK(i >= 0, "rebalance: no rank of host {} has a free slot without expert {}; give fewer redundant slots",
+      const int i = least_loaded(
+          load_in, used_in, rank_capacity,
+          [&](int b) {
+            const auto& held = packed[h * rph + b];
+            return std::find(held.begin(), held.end(), item.expert) == held.end();
+          },
+          [&](int b) { return holds(current, h * rph + b, item.expert); });
+      MOE_CHECK(i >= 0,
+                "rebalance: no rank of host {} has a free slot without expert {}; give fewer redundant slots",
                 h, item.expert);
       load_in[i] += item.load;
       ++used_in[i];

@@ -34,11 +34,11 @@ struct RebalanceOptions {
 };
 
 struct RebalanceDecision {
-  Placement placement;             // the new placement, or the current one when !move
-  bool move = false;               // whether the gain reaches min_gain (and the placement differs)
-  int moved_experts = 0;           // (rank, expert) pairs the new placement holds that the current does not
-  double max_over_mean_before = 0; // predicted max/mean rank load of the current placement under `load`
-  double max_over_mean_after = 0;  // the same for the new placement (== before when !move)
+  Placement placement;              // the new placement, or the current one when !move
+  bool move = false;                // whether the gain reaches min_gain (and the placement differs)
+  int moved_experts = 0;            // (rank, expert) pairs the new placement holds that the current does not
+  double max_over_mean_before = 0;  // predicted max/mean rank load of the current placement under `load`
+  double max_over_mean_after = 0;   // the same for the new placement (== before when !move)
 };
 
 // One layer. load [n_experts]: pairs per logical expert (non-negative; all zero moves nothing). current:

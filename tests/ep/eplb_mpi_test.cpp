@@ -55,7 +55,8 @@ std::vector<SwigluWeights> own_copies(const Block& b, const Placement& p) {
   std::vector<SwigluWeights> slots;
   for (int32_t e : p.rank_experts[g_comm->rank()]) {
     SwigluWeights w;
-    for (auto [src, dst] : {std::pair{&b.weights.experts[e].gate, &w.gate}, {&b.weights.experts[e].up, &w.up},
+    for (auto [src, dst] : {std::pair{&b.weights.experts[e].gate, &w.gate},
+                            {&b.weights.experts[e].up, &w.up},
                             {&b.weights.experts[e].down, &w.down}}) {
       *dst = Tensor::empty(src->dtype(), src->shape());
       std::memcpy(dst->data(), src->data(), src->nbytes());
@@ -70,8 +71,8 @@ std::vector<SwigluWeights> own_copies(const Block& b, const Placement& p) {
 void migrate_and_check(const Block& b, const Placement& from, const Placement& to) {
   const int me = g_comm->rank();
   const std::vector<SwigluWeights> current = own_copies(b, from);
-  const ExpertShape shape{.hidden = b.config.hidden_size, .intermediate = b.config.expert_intermediate_size,
-                          .dtype = DType::F32};
+  const ExpertShape shape{
+      .hidden = b.config.hidden_size, .intermediate = b.config.expert_intermediate_size, .dtype = DType::F32};
   const Migration m = migrate_experts(*g_comm, from, to, current, shape);
   ASSERT_EQ(m.slots.size(), to.rank_experts[me].size());
   int64_t received = 0;
@@ -82,8 +83,10 @@ void migrate_and_check(const Block& b, const Placement& from, const Placement& t
     EXPECT_TRUE(same_bytes(m.slots[s].down, b.weights.experts[e].down)) << "expert " << e;
     const auto& old = from.rank_experts[me];
     const auto kept = std::find(old.begin(), old.end(), e);
-    if (kept != old.end()) EXPECT_EQ(m.slots[s].gate.data(), current[kept - old.begin()].gate.data());
-    else received += static_cast<int64_t>(3 * m.slots[s].gate.nbytes());
+    if (kept != old.end())
+      EXPECT_EQ(m.slots[s].gate.data(), current[kept - old.begin()].gate.data());
+    else
+      received += static_cast<int64_t>(3 * m.slots[s].gate.nbytes());
   }
   EXPECT_EQ(m.bytes_received, received);
 
@@ -93,7 +96,8 @@ void migrate_and_check(const Block& b, const Placement& from, const Placement& t
   EpLayer layer = make_ep_layer(*g_comm, b.config, weights, to, Transfer::f32, CombineMode::per_pair);
   const EpOutput ep = forward_data_parallel(layer, b.c.x);
   if (me != 0) return;
-  const LayerOutput ref = MoeLayer(b.config, b.weights, {.cpu_experts = CpuExperts::reference}).forward(b.c.x);
+  const LayerOutput ref =
+      MoeLayer(b.config, b.weights, {.cpu_experts = CpuExperts::reference}).forward(b.c.x);
   EXPECT_EQ(test::max_rel_error(ep.layer.hidden_states, ref.hidden_states), 0.0);
 }
 
@@ -165,7 +169,8 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   std::unique_ptr<moe::ep::Communicator> comm = moe::ep::make_mpi_communicator();
   moe::ep::g_comm = comm.get();
-  if (comm->rank() != 0) delete ::testing::UnitTest::GetInstance()->listeners().Release(
-      ::testing::UnitTest::GetInstance()->listeners().default_result_printer());
+  if (comm->rank() != 0)
+    delete ::testing::UnitTest::GetInstance()->listeners().Release(
+        ::testing::UnitTest::GetInstance()->listeners().default_result_printer());
   return RUN_ALL_TESTS();
 }

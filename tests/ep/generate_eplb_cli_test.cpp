@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "run_command.h"
 #include "temp_dir.h"
@@ -46,22 +46,24 @@ TEST(GenerateEplbCli, RebalancingKeepsOutputsBitIdentical) {
   TempDir dir;
   for (const std::string family : {"qwen3_moe", "deepseek_v3"}) {
     SCOPED_TRACE(family);
-    const std::string args = " generate --model " + (kModels / family).string() +
-                             " --prompt-ids 7,7,7,7,7,7,7,7,7,7,7,7 --prompt-ids 7,7,7,7,3 --prompt-ids 11,11,11"
-                             " --max-new-tokens 12 --cpu-experts reference";
-    const auto single = run_command(dir.path(), std::string(MOE_BINARY) + args + " --json " +
-                                                    (dir / "one.json").string() + " --trace-routing " +
-                                                    (dir / "one.jsonl").string() + " >/dev/null");
+    const std::string args =
+        " generate --model " + (kModels / family).string() +
+        " --prompt-ids 7,7,7,7,7,7,7,7,7,7,7,7 --prompt-ids 7,7,7,7,3 --prompt-ids 11,11,11"
+        " --max-new-tokens 12 --cpu-experts reference";
+    const auto single =
+        run_command(dir.path(), std::string(MOE_BINARY) + args + " --json " + (dir / "one.json").string() +
+                                    " --trace-routing " + (dir / "one.jsonl").string() + " >/dev/null");
     ASSERT_EQ(single.exit_code, 0) << single.err;
     ASSERT_EQ(generated(dir / "one.json").at(0).size(), 3u);
     for (int ranks : {3, 4}) {
       SCOPED_TRACE(fmt::format("{} ranks", ranks));
       const fs::path stats = dir / "stats.json";
-      const auto ep = run_command(
-          dir.path(), mpirun(ranks) + MOE_BINARY + args + " --ep --eplb-interval-steps 2 --eplb-window-steps 8" +
-                          " --num-redundant-experts 2 --eplb-min-gain 0.01 --json " + (dir / "ep.json").string() +
-                          " --trace-routing " + (dir / "ep.jsonl").string() + " --stats " + stats.string() +
-                          " >/dev/null");
+      const auto ep = run_command(dir.path(), mpirun(ranks) + MOE_BINARY + args +
+                                                  " --ep --eplb-interval-steps 2 --eplb-window-steps 8" +
+                                                  " --num-redundant-experts 2 --eplb-min-gain 0.01 --json " +
+                                                  (dir / "ep.json").string() + " --trace-routing " +
+                                                  (dir / "ep.jsonl").string() + " --stats " + stats.string() +
+                                                  " >/dev/null");
       ASSERT_EQ(ep.exit_code, 0) << ep.err;
       EXPECT_EQ(generated(dir / "ep.json"), generated(dir / "one.json"));
       EXPECT_EQ(read_file(dir / "ep.jsonl"), read_file(dir / "one.jsonl"));
@@ -96,11 +98,14 @@ TEST(GenerateEplbCli, OptionsRefusedWhereTheyCannotWork) {
   r = run_command(dir.path(), std::string(MOE_BINARY) + model + "--num-redundant-experts 2");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--eplb-interval-steps"), std::string::npos) << r.err;
-  r = run_command(dir.path(), mpirun(2) + MOE_BINARY + model + "--ep --eplb-interval-steps 2 --ep-transfer bf16");
+  r = run_command(dir.path(),
+                  mpirun(2) + MOE_BINARY + model + "--ep --eplb-interval-steps 2 --ep-transfer bf16");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("error: --eplb-interval-steps keeps outputs bit-identical"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("error: --eplb-interval-steps keeps outputs bit-identical"), std::string::npos)
+      << r.err;
   // olmoe's fixture: 8 experts on 2 ranks hold at most 8 replicas.
-  r = run_command(dir.path(), mpirun(2) + MOE_BINARY + model + "--ep --eplb-interval-steps 2 --num-redundant-experts 9");
+  r = run_command(dir.path(),
+                  mpirun(2) + MOE_BINARY + model + "--ep --eplb-interval-steps 2 --num-redundant-experts 9");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("error: --num-redundant-experts 9: 8 experts on 2 ranks"), std::string::npos) << r.err;
 }

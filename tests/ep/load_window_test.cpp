@@ -1,7 +1,8 @@
 // The load window on one rank: counts per step, the ring dropping the oldest step, bad ids refused.
+#include "ep/load_window.h"
+
 #include <gtest/gtest.h>
 
-#include "ep/load_window.h"
 #include "error_of.h"
 
 namespace moe::ep {
@@ -40,7 +41,8 @@ TEST(LoadWindow, RefusesBadSizesLayersAndIds) {
   EXPECT_NE(test::error_of([] { LoadWindow(1, 4, 0); }).find("--eplb-window-steps"), std::string::npos);
   LoadWindow w(2, 4, 5);
   EXPECT_NE(test::error_of([&] { w.record(2, std::vector<int32_t>{0}); }).find("layer 2"), std::string::npos);
-  EXPECT_NE(test::error_of([&] { w.record(0, std::vector<int32_t>{4}); }).find("expert 4 of 4"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { w.record(0, std::vector<int32_t>{4}); }).find("expert 4 of 4"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // The rebalancing policy: replicas to the hottest experts, largest-first packing (flat and by host), the
 // relabelling that keeps weights in place, "no move" below the gain threshold, active-rank coverage.
+#include "ep/rebalance.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,14 +9,15 @@
 #include <numeric>
 #include <random>
 
-#include "ep/rebalance.h"
 #include "error_of.h"
 #include "test_random.h"
 
 namespace moe::ep {
 namespace {
 
-int replicas_of(const Placement& p, int e) { return p.n_replicas(e); }
+int replicas_of(const Placement& p, int e) {
+  return p.n_replicas(e);
+}
 
 TEST(Rebalance, SpareSlotsGoToLargestLoadPerReplica) {
   // Expert 0 takes 100 of 170 pairs; with two ranks it can have two replicas, then expert 1 (ties: lower id).
@@ -82,8 +85,8 @@ TEST(Rebalance, HostsBalancedFirst) {
   // 2 hosts of 2 ranks; the four hot experts must not all land on one host.
   std::vector<int64_t> load(16, 1);
   for (int e = 0; e < 4; ++e) load[e] = 50;
-  const RebalanceDecision d = rebalance_layer(load, contiguous_placement(16, 4),
-                                              {.n_ranks = 4, .ranks_per_host = 2, .min_gain = 0});
+  const RebalanceDecision d =
+      rebalance_layer(load, contiguous_placement(16, 4), {.n_ranks = 4, .ranks_per_host = 2, .min_gain = 0});
   ASSERT_TRUE(d.move);
   const std::vector<double> rank = rank_loads(d.placement, load);
   EXPECT_DOUBLE_EQ(rank[0] + rank[1], rank[2] + rank[3]);
@@ -122,7 +125,8 @@ TEST(Rebalance, DriftIsFollowedWithFewMoves) {
   // current placement) reaches the fresh packing's balance with a handful of the 68 slots changed.
   std::mt19937_64 rng(11);
   const RebalanceOptions options{.n_ranks = 4, .redundant_slots = 4, .min_gain = 0};
-  const RebalanceDecision first = rebalance_layer(zipf_load(64, 4, 4000, rng), contiguous_placement(64, 4), options);
+  const RebalanceDecision first =
+      rebalance_layer(zipf_load(64, 4, 4000, rng), contiguous_placement(64, 4), options);
   const std::vector<int64_t> next = zipf_load(64, 4, 4000, rng);
   const RebalanceDecision again = rebalance_layer(next, first.placement, options);
   EXPECT_GT(again.moved_experts, 0);
@@ -133,7 +137,8 @@ TEST(Rebalance, DriftIsFollowedWithFewMoves) {
 
 TEST(Rebalance, ScalingDownEmptiesTheLeavingRanks) {
   const std::vector<int64_t> load(8, 3);  // even: only the scale forces the move
-  const RebalanceDecision d = rebalance_layer(load, contiguous_placement(8, 4), {.n_ranks = 4, .active_ranks = 2});
+  const RebalanceDecision d =
+      rebalance_layer(load, contiguous_placement(8, 4), {.n_ranks = 4, .active_ranks = 2});
   ASSERT_TRUE(d.move);
   EXPECT_TRUE(d.placement.rank_experts[2].empty());
   EXPECT_TRUE(d.placement.rank_experts[3].empty());
@@ -155,17 +160,21 @@ TEST(Rebalance, RefusesAnUnheldExpertAndImpossibleOptions) {
   EXPECT_NE(test::error_of([&] { check_active_coverage(p, 2); }).find("expert 3 is held by no active rank"),
             std::string::npos);
   const std::vector<int64_t> load(4, 1);
-  EXPECT_NE(test::error_of([&] { rebalance_layer(load, p, {.n_ranks = 3, .redundant_slots = 9}); })
-                .find("9 redundant slots"),
+  EXPECT_NE(test::error_of([&] {
+              rebalance_layer(load, p, {.n_ranks = 3, .redundant_slots = 9});
+            }).find("9 redundant slots"),
             std::string::npos);
-  EXPECT_NE(test::error_of([&] { rebalance_layer(load, p, {.n_ranks = 3, .ranks_per_host = 2}); })
-                .find("2 ranks per host"),
+  EXPECT_NE(test::error_of([&] {
+              rebalance_layer(load, p, {.n_ranks = 3, .ranks_per_host = 2});
+            }).find("2 ranks per host"),
             std::string::npos);
-  EXPECT_NE(test::error_of([&] { rebalance_layer(load, contiguous_placement(4, 2), {.n_ranks = 3}); })
-                .find("current placement"),
+  EXPECT_NE(test::error_of([&] {
+              rebalance_layer(load, contiguous_placement(4, 2), {.n_ranks = 3});
+            }).find("current placement"),
             std::string::npos);
-  EXPECT_NE(test::error_of([&] { rebalance_layer(std::vector<int64_t>{1, -1, 1, 1}, p, {.n_ranks = 3}); })
-                .find("negative load"),
+  EXPECT_NE(test::error_of([&] {
+              rebalance_layer(std::vector<int64_t>{1, -1, 1, 1}, p, {.n_ranks = 3});
+            }).find("negative load"),
             std::string::npos);
 }
 
