@@ -199,8 +199,8 @@ void run_generate(const GenerateArgs& a) {
               "--ep runs the MoE blocks on the CPU reference experts (or with --backend cuda on one GPU per rank): "
               "drop --cpu-experts fast");
     const model::ModelBackend backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
-    ep = std::make_unique<engine::ExpertParallel>(backend, a.placement, wires, engine::ep_exchange_tokens(options),
-                                                  a.eplb);
+    ep = std::make_unique<engine::ExpertParallel>(backend, a.placement, wires,
+                                                  engine::ep_exchange_tokens(options), a.eplb);
   }
   const bool root = !ep || ep->rank() == 0;
 
@@ -352,11 +352,13 @@ Run add_generate_command(CLI::App& app) {
                   "--ep: wire format of the partial sums sent back, bf16 (the GPU default) or f32 (the CPU's only "
                   "one; on GPUs the tokens then equal one GPU's up to fp32 addition order)")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  auto* eplb = cmd->add_option("--eplb-interval-steps", args->eplb.interval_steps,
-                               "--ep: rebalance the placement every this many model steps (CPU; 0: fixed); --stats "
-                               "then lists the epochs")
-                   ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--eplb-window-steps", args->eplb.window_steps, "--ep: the load window of rebalancing, in steps")
+  auto* eplb =
+      cmd->add_option("--eplb-interval-steps", args->eplb.interval_steps,
+                      "--ep: rebalance the placement every this many model steps (CPU; 0: fixed); --stats "
+                      "then lists the epochs")
+          ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--eplb-window-steps", args->eplb.window_steps,
+                  "--ep: the load window of rebalancing, in steps")
       ->check(CLI::PositiveNumber)
       ->needs(eplb);
   cmd->add_option("--num-redundant-experts", args->eplb.redundant_experts,

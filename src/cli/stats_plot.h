@@ -11,6 +11,7 @@
 // ("tokens_per_expert" at the top: one layer, as `moe layer --stats` writes).
 
 #include <nlohmann/json_fwd.hpp>
+
 #include <string>
 
 namespace moe::cli {

@@ -4,12 +4,12 @@
 
 #include <chrono>
 
-#include "moe/core/check.h"
 #include "ep/data_parallel.h"
 #include "ep/ep_layer.h"
 #include "ep/expert_migration.h"
 #include "ep/placement.h"
 #include "ep/rebalance.h"
+#include "moe/core/check.h"
 
 namespace moe::engine {
 
@@ -67,13 +67,15 @@ ExpertParallel::ExpertParallel(model::ModelBackend backend, std::string placemen
   MOE_CHECK(!gpus || wires_.dispatch != ep::Transfer::f32,
             "expert parallelism on GPUs sends bf16 rows (the GPU layer's input is bf16): choose a bf16 or fp8 "
             "dispatch wire");
-  MOE_CHECK(eplb_.interval_steps >= 0 && eplb_.window_steps >= 1 && eplb_.redundant_experts >= 0 &&
-                eplb_.min_gain >= 0,
-            "--eplb-interval-steps {} and --num-redundant-experts {} must be at least 0, --eplb-window-steps {} at "
-            "least 1, --eplb-min-gain {} at least 0",
-            eplb_.interval_steps, eplb_.redundant_experts, eplb_.window_steps, eplb_.min_gain);
+  MOE_CHECK(
+      eplb_.interval_steps >= 0 && eplb_.window_steps >= 1 && eplb_.redundant_experts >= 0 &&
+          eplb_.min_gain >= 0,
+      "--eplb-interval-steps {} and --num-redundant-experts {} must be at least 0, --eplb-window-steps {} at "
+      "least 1, --eplb-min-gain {} at least 0",
+      eplb_.interval_steps, eplb_.redundant_experts, eplb_.window_steps, eplb_.min_gain);
   MOE_CHECK(eplb_.interval_steps == 0 || !gpus,
-            "--eplb-interval-steps: elastic placement runs on the CPU backend only so far; drop it or --backend cuda");
+            "--eplb-interval-steps: elastic placement runs on the CPU backend only so far; drop it or "
+            "--backend cuda");
   MOE_CHECK(eplb_.interval_steps == 0 || wires_.dispatch == ep::Transfer::f32,
             "--eplb-interval-steps keeps outputs bit-identical to one rank with the f32 dispatch wire: drop "
             "--ep-transfer");
@@ -96,10 +98,12 @@ void ExpertParallel::install(model::ModelOptions& options) {
     auto totals = std::make_shared<ep::ExchangeStats>();
     if (eplb_.interval_steps > 0) {
       MOE_CHECK(int64_t{eplb_.redundant_experts} <= int64_t{E} * (size() - 1),
-                "--num-redundant-experts {}: {} experts on {} ranks have room for at most {} replicas (a rank holds "
+                "--num-redundant-experts {}: {} experts on {} ranks have room for at most {} replicas (a "
+                "rank holds "
                 "an expert once); give fewer or run on more ranks",
                 eplb_.redundant_experts, E, size(), int64_t{E} * (size() - 1));
-      // Elastic: the block keeps its epoch's placement and slot weights, and the layer is rebuilt at a switch.
+      // Elastic: the block keeps its epoch's placement and slot weights, and the layer is rebuilt at a
+      // switch.
       auto live = std::make_shared<Live>();
       live->config = config;
       for (int32_t e : placement.rank_experts[rank()]) live->slots.push_back(weights.experts[e]);
@@ -132,20 +136,23 @@ void ExpertParallel::install(model::ModelOptions& options) {
 
 std::shared_ptr<ep::EpLayer> ExpertParallel::build_layer(const Live& live) {
   MoeWeights weights = live.weights;
-  for (size_t s = 0; s < live.slots.size(); ++s) weights.experts[live.placement.rank_experts[rank()][s]] = live.slots[s];
-  return std::make_shared<ep::EpLayer>(ep::make_ep_layer(*host_, live.config, std::move(weights), live.placement,
-                                                         ep::Transfer::f32, ep::CombineMode::per_pair));
+  for (size_t s = 0; s < live.slots.size(); ++s)
+    weights.experts[live.placement.rank_experts[rank()][s]] = live.slots[s];
+  return std::make_shared<ep::EpLayer>(ep::make_ep_layer(
+      *host_, live.config, std::move(weights), live.placement, ep::Transfer::f32, ep::CombineMode::per_pair));
 }
 
 void ExpertParallel::after_block(size_t block, const LayerOutput& out) {
   const int n_blocks = static_cast<int>(blocks_.size());
-  if (!window_) window_ = std::make_unique<ep::LoadWindow>(n_blocks, blocks_[0].live->config.router.n_experts,
-                                                           eplb_.window_steps);
+  if (!window_)
+    window_ = std::make_unique<ep::LoadWindow>(n_blocks, blocks_[0].live->config.router.n_experts,
+                                               eplb_.window_steps);
   // This rank's tokens only (every rank holds the whole batch's ids); the collective sums the ranks.
   const int64_t k = out.topk.ids.size(1);
   const ep::TokenRange mine = ep::token_range(out.topk.ids.size(0), rank(), size());
   const int32_t* ids = out.topk.ids.data_as<int32_t>();
-  window_->record(static_cast<int>(block), {ids + mine.begin * k, static_cast<size_t>((mine.end - mine.begin) * k)});
+  window_->record(static_cast<int>(block),
+                  {ids + mine.begin * k, static_cast<size_t>((mine.end - mine.begin) * k)});
   if (static_cast<int>(block) != n_blocks - 1) return;
   window_->end_step();
   if (++steps_ % eplb_.interval_steps == 0) rebalance();

@@ -31,22 +31,22 @@ namespace moe::engine {
 
 // Elastic placement (moe generate --ep --eplb-interval-steps): all off by default.
 struct EplbOptions {
-  int interval_steps = 0;      // rebalance every this many model steps; 0: the placement stays fixed
-  int window_steps = 1000;     // the load window: routing of the last this many steps
-  int redundant_experts = 0;   // spare slots per layer for replicas of hot experts
-  double min_gain = 0.05;      // move only when predicted max/mean rank load improves by at least this
+  int interval_steps = 0;     // rebalance every this many model steps; 0: the placement stays fixed
+  int window_steps = 1000;    // the load window: routing of the last this many steps
+  int redundant_experts = 0;  // spare slots per layer for replicas of hot experts
+  double min_gain = 0.05;     // move only when predicted max/mean rank load improves by at least this
 };
 
 // One switch to a new placement: when, what moved, and each moved layer's per-rank load under the window
 // that decided it, before and after.
 struct EpochRecord {
   int epoch = 0;
-  int64_t step = 0;            // the model step after which the ranks switched
-  int moved_experts = 0;       // (rank, expert) slots filled by a copy, over the layers
-  int64_t bytes_moved = 0;     // expert weight bytes sent between ranks, over all ranks
-  double seconds = 0;          // from the decision to the switch (rank 0's clock)
+  int64_t step = 0;         // the model step after which the ranks switched
+  int moved_experts = 0;    // (rank, expert) slots filled by a copy, over the layers
+  int64_t bytes_moved = 0;  // expert weight bytes sent between ranks, over all ranks
+  double seconds = 0;       // from the decision to the switch (rank 0's clock)
   struct Layer {
-    int64_t layer = 0;          // decoder layer index
+    int64_t layer = 0;                  // decoder layer index
     std::vector<double> before, after;  // [R] predicted pairs per rank
   };
   std::vector<Layer> layers;
@@ -92,9 +92,9 @@ class ExpertParallel {
   // A block's current epoch: its layer, placement and this rank's slot weights (swapped at a switch).
   struct Live {
     MoeConfig config;
-    MoeWeights weights;                     // router and shared experts (views); experts: empty
+    MoeWeights weights;  // router and shared experts (views); experts: empty
     ep::Placement placement;
-    std::vector<SwigluWeights> slots;       // this rank's, placement.rank_experts[rank] order
+    std::vector<SwigluWeights> slots;  // this rank's, placement.rank_experts[rank] order
     std::shared_ptr<ep::EpLayer> layer;
   };
   struct Block {

@@ -54,7 +54,8 @@ class EpFinalize final : public Finalize {
 
 }  // namespace
 
-EpExchange::EpExchange(Communicator& comm, Placement placement, Transfer transfer, int top_k, CombineMode mode)
+EpExchange::EpExchange(Communicator& comm, Placement placement, Transfer transfer, int top_k,
+                       CombineMode mode)
     : comm_(comm), placement_(std::move(placement)), transfer_(transfer), top_k_(top_k), mode_(mode) {
   check_placement(placement_, placement_.n_experts, comm_.size());
   MOE_CHECK(top_k_ >= 1, "top_k {} must be at least 1", top_k_);

@@ -73,10 +73,10 @@ class EpExchange {
   int top_k_;
   CombineMode mode_;
   int64_t hidden_ = 0;
-  std::vector<int32_t> pair_back_;        // per_pair: [T_local, k] each pair's row in the returned rows
-  std::vector<float> pair_weight_;        // per_pair: [T_local, k] the routing weights
-  std::vector<int64_t> send_pair_rows_;   // per_pair: [R] pairs sent to each peer
-  std::vector<int64_t> recv_pair_rows_;   // per_pair: [R] pairs received from each peer
+  std::vector<int32_t> pair_back_;       // per_pair: [T_local, k] each pair's row in the returned rows
+  std::vector<float> pair_weight_;       // per_pair: [T_local, k] the routing weights
+  std::vector<int64_t> send_pair_rows_;  // per_pair: [R] pairs sent to each peer
+  std::vector<int64_t> recv_pair_rows_;  // per_pair: [R] pairs received from each peer
   std::vector<int32_t> sent_token_;   // [copies_sent] local token of each copy, grouped by destination rank
   std::vector<int64_t> send_copies_;  // [R]
   std::vector<int64_t> recv_copies_;  // [R]

@@ -33,7 +33,8 @@ EpLayer make_ep_layer(Communicator& comm, const MoeConfig& config, MoeWeights we
   for (int32_t e : placement.rank_experts[comm.rank()]) slots.push_back(weights.experts[e]);
   // NOTE: only this rank's experts stay referenced; the other views are dropped (their pages never touched).
   weights.experts.clear();
-  auto exchange = std::make_shared<EpExchange>(comm, std::move(placement), transfer, config.router.top_k, combine);
+  auto exchange =
+      std::make_shared<EpExchange>(comm, std::move(placement), transfer, config.router.top_k, combine);
 
   LayerStages stages;
   stages.device = Device::cpu;

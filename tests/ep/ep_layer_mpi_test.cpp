@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <numeric>
 
-#include "moe/core/checkpoint.h"
-#include "moe/core/safetensors.h"
 #include "ep/data_parallel.h"
 #include "ep/ep_layer.h"
 #include "ep/rebalance.h"
+#include "moe/core/checkpoint.h"
+#include "moe/core/safetensors.h"
 #include "random_moe_case.h"
 #include "test_random.h"
 
@@ -85,7 +85,8 @@ TEST_P(EpAllFamilies, EqualsSingleRank) {
   test::TestRng rng(shared_seed());
   const Block b = make_block(GetParam(), rng);
   expect_matches_single_rank(b, default_placement(b, g_comm->size()));
-  expect_matches_single_rank(b, default_placement(b, g_comm->size()), Transfer::f32, 0.0, CombineMode::per_pair);
+  expect_matches_single_rank(b, default_placement(b, g_comm->size()), Transfer::f32, 0.0,
+                             CombineMode::per_pair);
   const int E = b.config.router.n_experts;
   if (E % g_comm->size() == 0) expect_matches_single_rank(b, round_robin_placement(E, g_comm->size()));
 }
