@@ -162,6 +162,25 @@ void ExpertParallel::rebalance() {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<std::vector<int64_t>> load = window_->summed(*host_);
   EpochRecord record{.epoch = static_cast<int>(epochs_.size()) + 1, .step = steps_};
+  // Pairs each rank served per block since the last decision: the interval just ended.
+  const size_t R = static_cast<size_t>(size());
+  std::vector<int64_t> served(blocks_.size() * R, 0);  // [blocks][R]
+  for (size_t i = 0; i < blocks_.size(); ++i) served[i * R + rank()] = blocks_[i].totals->pairs_served;
+  host_->allreduce_sum(served);
+  served_mark_.resize(served.size(), 0);
+  auto interval = [&](size_t i) {
+    std::vector<int64_t> v(R);
+    for (size_t r = 0; r < R; ++r) v[r] = served[i * R + r] - served_mark_[i * R + r];
+    return v;
+  };
+  auto block_of = [&](int64_t layer) {
+    size_t i = 0;
+    while (blocks_[i].layer != layer) ++i;
+    return i;
+  };
+  if (!epochs_.empty())
+    for (EpochRecord::Layer& l : epochs_.back().layers)
+      if (l.served_after.empty()) l.served_after = interval(block_of(l.layer));
   // Every rank decides the same from the same sums; the copies go layer by layer into staging slots.
   std::vector<std::pair<size_t, Live>> staged;
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -180,12 +199,15 @@ void ExpertParallel::rebalance() {
     record.moved_experts += d.moved_experts;
     record.layers.push_back({.layer = blocks_[i].layer,
                              .before = ep::rank_loads(live.placement, load[i]),
-                             .after = ep::rank_loads(d.placement, load[i])});
+                             .after = ep::rank_loads(d.placement, load[i]),
+                             .served_before = interval(i),
+                             .served_after = {}});
     Live next = live;
     next.placement = d.placement;
     next.slots = std::move(m.slots);
     staged.emplace_back(i, std::move(next));
   }
+  served_mark_ = std::move(served);
   // NOTE: a switch by some ranks only would route with tables the others lack: all switch here or none.
   // The copies above are synchronous, so every rank is ready when it gets here; the agreement is the one
   // point where ranks commit to the new epoch (with copies in the background it is where they wait).
@@ -226,8 +248,11 @@ nlohmann::ordered_json ExpertParallel::stats_json(const std::vector<EpLayerStats
     j["epochs"] = nlohmann::ordered_json::array();
     for (const EpochRecord& e : epochs_) {
       nlohmann::ordered_json layers = nlohmann::ordered_json::object();
-      for (const EpochRecord::Layer& l : e.layers)
-        layers[std::to_string(l.layer)] = {{"before", l.before}, {"after", l.after}};
+      for (const EpochRecord::Layer& l : e.layers) {
+        nlohmann::ordered_json& j_layer = layers[std::to_string(l.layer)];
+        j_layer = {{"before", l.before}, {"after", l.after}, {"served_before", l.served_before}};
+        if (!l.served_after.empty()) j_layer["served_after"] = l.served_after;
+      }
       j["epochs"].push_back({{"epoch", e.epoch},
                              {"step", e.step},
                              {"moved_experts", e.moved_experts},

@@ -48,6 +48,9 @@ struct EpochRecord {
   struct Layer {
     int64_t layer = 0;                  // decoder layer index
     std::vector<double> before, after;  // [R] predicted pairs per rank
+    // [R] pairs each rank served in the interval before the switch, and in the one after it (filled at
+    // the next decision; empty until then).
+    std::vector<int64_t> served_before, served_after;
   };
   std::vector<Layer> layers;
 };
@@ -112,6 +115,7 @@ class ExpertParallel {
   EplbOptions eplb_;
   std::unique_ptr<ep::LoadWindow> window_;
   int64_t steps_ = 0;
+  std::vector<int64_t> served_mark_;  // [blocks][R] pairs served per rank up to the last decision
   std::vector<EpochRecord> epochs_;
   std::string placement_file_;
   ep::EpWires wires_;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -59,7 +60,7 @@ TEST(GenerateEplbCli, RebalancingKeepsOutputsBitIdentical) {
       SCOPED_TRACE(fmt::format("{} ranks", ranks));
       const fs::path stats = dir / "stats.json";
       const auto ep = run_command(dir.path(), mpirun(ranks) + MOE_BINARY + args +
-                                                  " --ep --eplb-interval-steps 2 --eplb-window-steps 8" +
+                                                  " --ep --eplb-interval-steps 2 --eplb-window-steps 2" +
                                                   " --num-redundant-experts 2 --eplb-min-gain 0.01 --json " +
                                                   (dir / "ep.json").string() + " --trace-routing " +
                                                   (dir / "ep.jsonl").string() + " --stats " + stats.string() +
@@ -79,6 +80,15 @@ TEST(GenerateEplbCli, RebalancingKeepsOutputsBitIdentical) {
           const auto after = loads.at("after").get<std::vector<double>>();
           ASSERT_EQ(before.size(), static_cast<size_t>(ranks));
           EXPECT_LE(max_over_mean(after), max_over_mean(before) - 0.01) << "layer " << layer;
+          // The window is the interval: the pairs served in it are the pairs it counted, and where the old
+          // placement has no replicas (contiguous, at 4 ranks, before the first switch) rank by rank.
+          const auto served = loads.at("served_before").get<std::vector<int64_t>>();
+          ASSERT_EQ(served.size(), static_cast<size_t>(ranks));
+          EXPECT_DOUBLE_EQ(std::accumulate(served.begin(), served.end(), 0.0),
+                           std::accumulate(before.begin(), before.end(), 0.0));
+          if (ranks == 4 && i == 0)
+            for (int r = 0; r < ranks; ++r) EXPECT_EQ(static_cast<double>(served[r]), before[r]) << "rank " << r;
+          if (i + 1 < epochs.size()) EXPECT_EQ(loads.at("served_after").size(), static_cast<size_t>(ranks));
         }
       }
       const auto plot = run_command(dir.path(), std::string(MOE_BINARY) + " stats plot " + stats.string() +
