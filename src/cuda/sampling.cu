@@ -59,10 +59,23 @@ __global__ void __launch_bounds__(kThreads)
   const int t = threadIdx.x;
 
   ArgMax mine{-INFINITY, INT32_MAX};
-  for (int64_t i = t; i < vocab; i += kThreads) mine = Better{}(mine, {row[i], static_cast<int32_t>(i)});
+  int not_finite = 0;
+  for (int64_t i = t; i < vocab; i += kThreads) {
+    mine = Better{}(mine, {row[i], static_cast<int32_t>(i)});
+    not_finite |= !isfinite(row[i]);
+  }
   const ArgMax block_best = ReduceMax(temp.reduce_max).Reduce(mine, Better{});
   if (t == 0) best = block_best, threshold = 0;
   __syncthreads();
+  // NOTE: a row with NaN or Inf gives -1, which the caller reports: the logits never reach the host to be
+  // checked there.
+  const int bad = ReduceCount(temp.reduce_count).Reduce(not_finite, MaxInt{});
+  if (t == 0) chosen = bad;
+  __syncthreads();
+  if (chosen) {
+    if (t == 0) out[blockIdx.x] = -1;
+    return;
+  }
   if (c.temperature == 0.0f) {
     if (t == 0) out[blockIdx.x] = best.id;
     return;

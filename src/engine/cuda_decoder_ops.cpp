@@ -283,7 +283,12 @@ class CudaDecoderOps final : public model::DecoderOps {
     Tensor ids = cuda::device_empty(DType::I32, {n}, stream_);  // [n]
     cuda::choose_tokens(logits.data_as<float>(), n, logits.size(1), d_args, ids.data_as<int32_t>(), stream_);
     const Tensor host = staging_.to_host(ids, stream_);
-    return {host.data_as<int32_t>(), host.data_as<int32_t>() + n};
+    const int32_t* chosen = host.data_as<int32_t>();
+    for (int64_t r = 0; r < n; ++r)
+      MOE_CHECK(chosen[r] >= 0,
+                "the model's logits are not finite (row {} of the step): a layer overflowed or the weights hold "
+                "NaN or Inf (the CPU backend names the layer)", r);
+    return {chosen, chosen + n};
   }
 
   // NOTE: a weight already on the device (random weights made there) is kept as it is, in the dtype it must

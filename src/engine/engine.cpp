@@ -331,12 +331,27 @@ StepResult Engine::step() {
   }
   step.kind = step.prefill_tokens > 0 ? StepResult::Kind::prefill : StepResult::Kind::decode;
   counter_->start_batch(std::move(prompt_lengths));
-  const Tensor logits = model_->forward(tokens, *cache_, /*last_only=*/true, observer_);
-  std::vector<int64_t> rows(slots_.size(), -1);  // [slots] the slot's logits row
+  std::vector<int64_t> rows(slots_.size(), -1);  // [slots] the slot's row of the forward's output
   int64_t row_count = 0;
   for (size_t s = 0; s < slots_.size(); ++s)
     if (!tokens[s].empty()) rows[s] = row_count++;
-  check_logits(logits, row_count);
+  // NOTE: when every token of the step is greedy and no request wants logprobs, the model picks the tokens
+  // where its logits are (on the GPU only the ids cross to the host, not [rows, vocab] floats); the same
+  // argmax, ties to the lower id, as the host's sampler. Any other step brings the logits here.
+  bool greedy_only = true;
+  for (const Chunk& c : chunks) {
+    const Tracked& t = tracked(c.id);
+    if (t.cached + c.count < sequence_length(t)) continue;  // a prompt chunk that ends before the prompt does
+    greedy_only = greedy_only && t.request.sampling.temperature == 0.0 && t.request.logprobs < 0;
+  }
+  Tensor logits;
+  std::vector<int32_t> chosen;  // [rows] with greedy_only
+  if (greedy_only) {
+    chosen = model_->forward_sample(tokens, *cache_, std::vector<model::TokenChoice>(row_count), observer_);
+  } else {
+    logits = model_->forward(tokens, *cache_, /*last_only=*/true, observer_);
+    check_logits(logits, row_count);
+  }
 
   // Every chunk that completed its sequence gives the request its next token, in request order.
   std::sort(chunks.begin(), chunks.end(), [](const Chunk& a, const Chunk& b) { return a.id < b.id; });
@@ -349,8 +364,10 @@ StepResult Engine::step() {
                                    max_model_len_ - static_cast<int64_t>(t.request.prompt.size()));
     if (static_cast<int64_t>(t.result.generated.size()) >= limit)
       finish(c.id, FinishReason::length, &out);
+    else if (greedy_only)
+      take(c.id, chosen[rows[t.slot]], {}, out);
     else
-      take(c.id, logits_row(logits, rows[t.slot]), out);
+      take(c.id, t.sampler->next(logits_row(logits, rows[t.slot])), logits_row(logits, rows[t.slot]), out);
     step.outputs.push_back(std::move(out));
   }
 
@@ -363,9 +380,8 @@ StepResult Engine::step() {
   return step;
 }
 
-void Engine::take(RequestId id, std::span<const float> logits, RequestOutput& out) {
+void Engine::take(RequestId id, int32_t token, std::span<const float> logits, RequestOutput& out) {
   Tracked& t = tracked(id);
-  const int32_t token = t.sampler->next(logits);
   t.result.generated.push_back(token);
   out.new_tokens.push_back(token);
   if (t.request.logprobs >= 0) {

@@ -16,6 +16,7 @@
 #include "cuda/device_tensor.h"
 #include "cuda_decoder_ops.h"
 #include "engine/cuda_model.h"
+#include "error_of.h"
 #include "model_fixture.h"
 #include "token_choice.h"
 
@@ -121,6 +122,23 @@ TEST(DeviceTokenChoice, MatchesTheHostRule) {
     EXPECT_EQ(ids[r],
               model::choose_token({host.data_as<float>() + r * V, static_cast<size_t>(V)}, choices[r]))
         << "row " << r;
+}
+
+// A row with NaN or Inf (greedy or sampled) is an error naming the row: the logits never reach the host.
+TEST(DeviceTokenChoice, NonFiniteLogitsAreAnError) {
+  SKIP_WITHOUT_GPU();
+  const int64_t V = 1000;
+  const auto ops = engine::make_cuda_decoder_ops();
+  for (const float bad : {std::nanf(""), INFINITY}) {
+    for (const double temperature : {0.0, 1.0}) {
+      Tensor host = Tensor::zeros(DType::F32, {2, V});
+      host.data_as<float>()[V + 17] = bad;  // row 1
+      const std::vector<model::TokenChoice> choices(2, {.temperature = temperature, .uniform = 0.5});
+      const std::string message =
+          error_of([&] { ops->choose_tokens(cuda::to_device(host, DType::F32, nullptr), choices); });
+      EXPECT_NE(message.find("not finite (row 1 of the step)"), std::string::npos) << message;
+    }
+  }
 }
 
 // forward_sample on the GPU: greedy is the argmax of the GPU's own logits.

@@ -129,8 +129,9 @@ class Engine {
   int64_t blocks_needed(const Tracked& t, int64_t count) const;
   // Gives running request `id`'s blocks back and queues it at the head, to be recomputed.
   void preempt(RequestId id);
-  // Samples request `id`'s next token from its logits [vocab] and records it (and a finish) in `out`.
-  void take(RequestId id, std::span<const float> logits, RequestOutput& out);
+  // Records `token` as request `id`'s next (and a finish) in `out`; `logits` [vocab] are the row it was
+  // chosen from, for logprobs (empty when the request wants none).
+  void take(RequestId id, int32_t token, std::span<const float> logits, RequestOutput& out);
   // Marks request `id` finished for `reason`; a running one gives its blocks back.
   void finish(RequestId id, FinishReason reason, RequestOutput* out);
 
