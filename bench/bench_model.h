@@ -33,6 +33,10 @@ void run_model_bench_cuda(const ModelBenchArgs& args);
 // checkpoint on disk.
 void run_random_model_bench_cuda(const ModelBenchArgs& args, const model::ModelConfig& config,
                                  const std::string& label);
+// The model of such a run, for a caller that serves it (moe serve --random-model): the whole decoder on the
+// GPU over seeded random weights of `config`'s shape. Throws moe::Error as load_cuda_causal_lm does.
+std::unique_ptr<model::CausalLM> load_random_model_cuda(const model::ModelConfig& config, const std::string& label,
+                                                        const model::ModelOptions& options);
 
 // The pieces both GPU runs share (bench_model_cuda.cpp): the model options for the batches asked for, the
 // bf16 bytes of every weight a decode step reads in full (all but the routed experts, the routers and an

@@ -53,9 +53,18 @@ Tensor make_random_tensor(const std::string& name, const std::vector<int64_t>& s
 
 }  // namespace
 
+std::unique_ptr<model::CausalLM> load_random_model_cuda(const model::ModelConfig& config, const std::string& label,
+                                                        const model::ModelOptions& options) {
+  return engine::load_cuda_causal_lm(
+      config,
+      Checkpoint::generated("random " + label, model::checkpoint_layout(config, model::ExpertTensors::fused),
+                            make_random_tensor),
+      options);
+}
+
 void run_random_model_bench_cuda(const ModelBenchArgs& a, const model::ModelConfig& config,
                                  const std::string& label) {
-  auto shapes = model::checkpoint_layout(config, model::ExpertTensors::fused);
+  const auto shapes = model::checkpoint_layout(config, model::ExpertTensors::fused);
   const double dense_bytes = dense_weight_bytes(config, shapes);
   double total = 0;
   for (const auto& [name, shape] : shapes) {
@@ -65,9 +74,7 @@ void run_random_model_bench_cuda(const ModelBenchArgs& a, const model::ModelConf
   }
   const auto load_start = std::chrono::steady_clock::now();
   model::ForwardTimes parts;
-  const auto lm = engine::load_cuda_causal_lm(
-      config, Checkpoint::generated("random " + label, std::move(shapes), make_random_tensor),
-      cuda_bench_options(a, &parts));
+  const auto lm = load_random_model_cuda(config, label, cuda_bench_options(a, &parts));
   fmt::print("built {} ({}, {} layers, {:.2f} B parameters, random bf16) on the GPU in {:.1f} s\n", label,
              config.model_type, config.num_layers, total / 1e9,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());

@@ -3,6 +3,7 @@
 // requests, and stops cleanly on SIGINT or SIGTERM (a thread waits for them; every other thread has them
 // blocked).
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <pthread.h>
 
 #include <csignal>
@@ -12,6 +13,8 @@
 #include <optional>
 #include <thread>
 
+#include "bench/bench_model.h"
+#include "bench/random_model_shapes.h"
 #include "commands.h"
 #include "generate_report.h"
 #include "moe/core/check.h"
@@ -26,7 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ServeArgs {
-  std::string model_dir, host = "127.0.0.1", served_model_name, api_key, backend = "cpu";
+  std::string model_dir, random_model, host = "127.0.0.1", served_model_name, api_key, backend = "cpu";
   int port = 8000;
   int64_t max_model_len = 0, max_num_seqs = 256, max_num_batched_tokens = 2048;
   double gpu_memory_utilization = 0.9;
@@ -61,7 +64,17 @@ bool has_chat_template(const fs::path& dir) {
 
 void run_serve(const ServeArgs& a) {
   const fs::path dir = a.model_dir;
-  MOE_CHECK(fs::is_directory(dir),
+  MOE_CHECK(a.model_dir.empty() != a.random_model.empty(),
+            "--model and --random-model each name the model: give one of them");
+  std::optional<model::ModelConfig> random_config;
+  if (!a.random_model.empty()) {
+    MOE_CHECK(a.backend == "cuda", "--random-model builds its weights in GPU memory: add --backend cuda");
+    MOE_CHECK(a.chat_template.empty(),
+              "--chat-template with --random-model: a random model has no tokenizer, so it serves "
+              "/v1/completions with token-id prompts only");
+    random_config = random_model_config(a.random_model);  // checked before any GPU work
+  }
+  MOE_CHECK(random_config || fs::is_directory(dir),
             "--model '{}' is not a directory: give a HuggingFace model directory (config.json "
             "and safetensors weights)",
             a.model_dir);
@@ -95,22 +108,35 @@ void run_serve(const ServeArgs& a) {
   // The fraction is of the free memory where the KV pool lives: the GPU's with the cuda backend.
   options.kv_cache_memory_fraction = a.gpu_memory_utilization;
   options.model.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
-  options.model.cpu_experts = engine::default_cpu_experts(dir);
+  if (!random_config) options.model.cpu_experts = engine::default_cpu_experts(dir);
   std::optional<RoutingTrace> trace;
   if (!a.trace_routing.empty()) {
     trace.emplace(a.trace_routing);
     options.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
   }
-  const std::unique_ptr<engine::Engine> engine = engine::Engine::load(dir, options);
+  // A random model (no checkpoint, no tokenizer) is loaded here and the engine made over it; it is declared
+  // first so that it outlives the engine.
+  std::unique_ptr<model::CausalLM> random_lm;
+  std::unique_ptr<engine::Engine> engine;
+  if (random_config) {
+#if MOE_WITH_CUDA
+    options.model.max_batched_tokens = engine::moe_workspace_tokens(options);
+    random_lm = load_random_model_cuda(*random_config, a.random_model, options.model);
+    engine = std::make_unique<engine::Engine>(*random_lm, options);
+#endif
+  } else {
+    engine = engine::Engine::load(dir, options);
+  }
+  const std::string name = a.model_dir.empty() ? a.random_model : a.model_dir;
 
   server::ServerOptions server_options{
       .host = a.host,
       .port = a.port,
-      .served_model_name = a.served_model_name.empty() ? a.model_dir : a.served_model_name,
+      .served_model_name = a.served_model_name.empty() ? name : a.served_model_name,
       .api_key = a.api_key};
   if (!a.chat_template.empty())
     server_options.chat_template = ChatTemplate::from_file(a.chat_template, dir);
-  else if (has_chat_template(dir))
+  else if (!random_config && has_chat_template(dir))
     server_options.chat_template = ChatTemplate::load(dir);
   server::Server server(*engine, server_options);
   server.bind();
@@ -135,8 +161,11 @@ Run add_serve_command(CLI::App& app) {
   CLI::App* cmd =
       app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (continuous batching)");
   cmd->add_option("--model", args->model_dir,
-                  "model directory: config.json, safetensors weights, tokenizer.json")
-      ->required();
+                  "model directory: config.json, safetensors weights, tokenizer.json");
+  cmd->add_option("--random-model", args->random_model,
+                  "instead of --model, with --backend cuda: a full-depth model on random weights made in GPU "
+                  "memory, " + fmt::format("{}", fmt::join(random_model_names(), "|")) + " or an HF config.json (token-id prompts only; for "
+                  "benchmarks)");
   cmd->add_option("--host", args->host, "address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", args->port, "port to listen on (default 8000; 0: any free port)");
   cmd->add_option("--served-model-name", args->served_model_name,

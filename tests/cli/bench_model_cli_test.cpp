@@ -27,11 +27,14 @@ std::string read_all(const std::filesystem::path& path) {
   return text.str();
 }
 
-RunResult run_bench(const TempDir& dir, const std::string& args) {
+// `moe ARGS` (the command first), its exit code and both streams.
+RunResult run_moe(const TempDir& dir, const std::string& args) {
   const std::string out = (dir / "stdout.txt").string(), err = (dir / "stderr.txt").string();
-  const int status = std::system((std::string(MOE_BINARY) + " bench " + args + " >" + out + " 2>" + err).c_str());
+  const int status = std::system((std::string(MOE_BINARY) + " " + args + " >" + out + " 2>" + err).c_str());
   return {status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(out), read_all(err)};
 }
+
+RunResult run_bench(const TempDir& dir, const std::string& args) { return run_moe(dir, "bench " + args); }
 
 TEST(BenchModelCli, PrintsPrefillDecodeFloorsAndParts) {
   TempDir dir;
@@ -88,6 +91,27 @@ TEST(BenchModelCli, BadRandomModelsAreOneErrorLine) {
     EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
     EXPECT_TRUE(r.err.starts_with("error: ")) << args << "\n" << r.err;
+  }
+}
+
+// `moe serve --random-model` takes the same shapes, with the same checks before any GPU work, and refuses what
+// a model without a tokenizer cannot serve.
+TEST(BenchModelCli, ServeRandomModelChecksItsFlags) {
+  TempDir dir;
+  std::ofstream(dir / "t.jinja") << "{{ messages }}";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--random-model qwen9 --backend cuda", "neither a named shape (qwen3-30b-a3b, mixtral-8x7b"},
+      {"--random-model qwen3-30b-a3b", "add --backend cuda"},
+      {"--random-model qwen3-30b-a3b --backend cuda --model " + (dir / "m").string(), "give one of them"},
+      {"--backend cuda", "give one of them"},
+      {"--random-model qwen3-30b-a3b --backend cuda --chat-template " + (dir / "t.jinja").string(),
+       "no tokenizer"},
+  };
+  for (const auto& [args, message] : cases) {
+    const RunResult r = run_moe(dir, "serve " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
   }
 }
 
