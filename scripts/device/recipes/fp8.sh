@@ -32,8 +32,6 @@ for r in rows:
           f'{r["us_median"] / r["peer"]["us"]:.2f}\t{r["weight_tbps"]:.2f}\t{r["path"]}')
 PY
 }
-for shape in ${shapes//,/ }; do
-  bench default "$shape" "$tokens"
-  bench fused8 "$shape" 4,8 MOE_DECODE_MAX_TOKENS=8
-done
+for shape in ${shapes//,/ }; do bench default "$shape" "$tokens"; done
+for shape in ${shapes//,/ }; do bench fused8 "$shape" 4,8 MOE_DECODE_MAX_TOKENS=8; done
 tar czf "$out/fp8_bench.tar.gz" -C "$work" .
