@@ -159,29 +159,42 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   }
 }
 
-// 16 e4m3 values as floats (the conversion is exact: every e4m3 value is a half).
-__device__ __forceinline__ void unpack16_fp8(const uint4& v, float (&f)[16]) {
-  const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&v);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float2 x = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
-    f[2 * i] = x.x;
-    f[2 * i + 1] = x.y;
-  }
-}
-
-// sum_i w[i] * x[i] over 16 e4m3 weights and 16 bf16 values (x_lo: the first 8, x_hi: the last 8).
+// sum_i w[i] * x[i] over 16 e4m3 weights and 16 bf16 values (x_lo: the first 8, x_hi: the last 8); the
+// e4m3 -> half conversion is exact (every e4m3 value is a half).
 __device__ __forceinline__ float dot16_fp8(const uint4& w, const uint4& x_lo, const uint4& x_hi) {
-  float wf[16], lo[8], hi[8];
-  unpack16_fp8(w, wf);
-  unpack8(x_lo, lo);
-  unpack8(x_hi, hi);
+  const auto* wv = reinterpret_cast<const __nv_fp8x2_storage_t*>(&w);
+  const auto* lo = reinterpret_cast<const __nv_bfloat162*>(&x_lo);
+  const auto* hi = reinterpret_cast<const __nv_bfloat162*>(&x_hi);
   float sum = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) sum = fmaf(wf[i], lo[i], sum);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) sum = fmaf(wf[8 + i], hi[i], sum);
+  for (int i = 0; i < 8; ++i) {
+    const float2 x = __bfloat1622float2(i < 4 ? lo[i] : hi[i - 4]);
+    const float2 wf = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(wv[i], __NV_E4M3)));
+    sum = fmaf(wf.x, x.x, sum);
+    sum = fmaf(wf.y, x.y, sum);
+  }
   return sum;
+}
+
+// Adds sum_i g[i] * x[i] to gp and sum_i u[i] * x[i] to up over 16 e4m3 weights of two rows and 16 bf16
+// values (x_lo: the first 8, x_hi: the last 8), a pair of values at a time (few registers live: the
+// decode kernel's loads in flight need them).
+__device__ __forceinline__ void dot16_fp8_pair(const uint4& g, const uint4& u, const uint4& x_lo, const uint4& x_hi,
+                                               float& gp, float& up) {
+  const auto* gv = reinterpret_cast<const __nv_fp8x2_storage_t*>(&g);
+  const auto* uv = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
+  const auto* lo = reinterpret_cast<const __nv_bfloat162*>(&x_lo);
+  const auto* hi = reinterpret_cast<const __nv_bfloat162*>(&x_hi);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float2 x = __bfloat1622float2(i < 4 ? lo[i] : hi[i - 4]);
+    const float2 gf = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(gv[i], __NV_E4M3)));
+    const float2 uf = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(uv[i], __NV_E4M3)));
+    gp = fmaf(gf.x, x.x, gp);
+    gp = fmaf(gf.y, x.y, gp);
+    up = fmaf(uf.x, x.x, up);
+    up = fmaf(uf.y, x.y, up);
+  }
 }
 
 // The block's share [begin, end) of n items split evenly over the grid.
@@ -377,24 +390,19 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
         const unsigned mask = entry_mask[entry];
         const int first = seg * seg_chunks, last = min(row_chunks, first + seg_chunks);
         uint4 g[8], u[8];
-        float g_scale[8], u_scale[8];  // FP8: the chunks' block scales
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
           const int c = first + r * 32 + lane;
           g[r] = c < last ? load_stream(gate_row + c * 16) : make_uint4(0, 0, 0, 0);
           u[r] = c < last ? load_stream(up_row + c * 16) : make_uint4(0, 0, 0, 0);
         }
+        // FP8: the gate and up rows' block scales (read once the weights are in flight)
+        const float *g_scales = nullptr, *u_scales = nullptr;
         if constexpr (FP8) {
           const int n_blocks = (n + kScaleBlock - 1) / kScaleBlock;
           const float* scales = routed ? p.w13_scale + expert * 2 * n_blocks * h_blocks : p.shared_w13_scale;
-          const float* g_row = scales + (i / kScaleBlock) * h_blocks;
-          const float* u_row = scales + (n_blocks + i / kScaleBlock) * h_blocks;
-#pragma unroll
-          for (int r = 0; r < 8; ++r) {
-            const int c = first + r * 32 + lane, block = c * VALS / kScaleBlock;
-            g_scale[r] = c < last ? __ldg(g_row + block) : 0.0f;
-            u_scale[r] = c < last ? __ldg(u_row + block) : 0.0f;
-          }
+          g_scales = scales + (i / kScaleBlock) * h_blocks;
+          u_scales = scales + (n_blocks + i / kScaleBlock) * h_blocks;
         }
         // Each weight chunk is converted once and used for every token of the expert.
         float gs[MAXT], us[MAXT];
@@ -405,28 +413,16 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
           const int c = first + r * 32 + lane;
           if (c >= last) continue;
           if constexpr (FP8) {
-            float gf[16], uf[16];
-            unpack16_fp8(g[r], gf);
-            unpack16_fp8(u[r], uf);
+            const int block = c * VALS / kScaleBlock;
+            const float g_scale = __ldg(g_scales + block), u_scale = __ldg(u_scales + block);
 #pragma unroll
             for (int t = 0; t < MAXT; ++t) {
               if (t >= T || !((mask >> t) & 1u)) continue;
-              float lo[8], hi[8];
-              unpack8(*reinterpret_cast<const uint4*>(xs + t * H + c * 16), lo);
-              unpack8(*reinterpret_cast<const uint4*>(xs + t * H + c * 16 + 8), hi);
+              const uint4* x = reinterpret_cast<const uint4*>(xs + t * H + c * 16);
               float gp = 0.0f, up = 0.0f;
-#pragma unroll
-              for (int e = 0; e < 8; ++e) {
-                gp = fmaf(gf[e], lo[e], gp);
-                up = fmaf(uf[e], lo[e], up);
-              }
-#pragma unroll
-              for (int e = 0; e < 8; ++e) {
-                gp = fmaf(gf[8 + e], hi[e], gp);
-                up = fmaf(uf[8 + e], hi[e], up);
-              }
-              gs[t] = fmaf(g_scale[r], gp, gs[t]);
-              us[t] = fmaf(u_scale[r], up, us[t]);
+              dot16_fp8_pair(g[r], u[r], x[0], x[1], gp, up);
+              gs[t] = fmaf(g_scale, gp, gs[t]);
+              us[t] = fmaf(u_scale, up, us[t]);
             }
           } else {
             float gf[8], uf[8];
@@ -521,8 +517,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
         const bf16* act = p.act + t * p.act_stride + (routed ? int64_t{entry} * p.I : int64_t{D} * p.I);
         const int first = seg * kDownSegChunks, last = min(n / VALS, first + kDownSegChunks);
         const int valid_rows = min(kDownRows, h1 - h_first);
-        uint4 w[kDownRows][4], a[4], a_hi[4];  // a_hi: FP8, the second 8 activations of a chunk
-        float scale[kDownRows][4];              // FP8: the chunks' block scales
+        uint4 w[kDownRows][4], a[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int c = first + r * 32 + lane;
@@ -532,28 +527,31 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
             w[rr][r] = ok && rr < valid_rows ? load_stream(rows + int64_t{rr} * n * WBYTES + c * 16)
                                              : make_uint4(0, 0, 0, 0);
           a[r] = ok ? *reinterpret_cast<const uint4*>(act + c * VALS) : make_uint4(0, 0, 0, 0);
-          if constexpr (FP8) a_hi[r] = ok ? *reinterpret_cast<const uint4*>(act + c * VALS + 8) : make_uint4(0, 0, 0, 0);
         }
+        // FP8: the second 8 activations of each chunk and the rows' block scales, read once the weights are
+        // in flight (registers for both up front spilled)
+        const float* scales = nullptr;
+        int n_blocks = 0;
         if constexpr (FP8) {
-          const int n_blocks = (n + kScaleBlock - 1) / kScaleBlock, h_blocks = (H + kScaleBlock - 1) / kScaleBlock;
-          const float* scales = routed ? p.w2_scale + expert * h_blocks * n_blocks : p.shared_w2_scale;
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int c = first + r * 32 + lane;
-#pragma unroll
-            for (int rr = 0; rr < kDownRows; ++rr)
-              scale[rr][r] = c < last && rr < valid_rows
-                                 ? __ldg(scales + (h_first + rr) / kScaleBlock * n_blocks + c * VALS / kScaleBlock)
-                                 : 0.0f;
-          }
+          const int h_blocks = (H + kScaleBlock - 1) / kScaleBlock;
+          n_blocks = (n + kScaleBlock - 1) / kScaleBlock;
+          scales = routed ? p.w2_scale + expert * h_blocks * n_blocks : p.shared_w2_scale;
         }
 #pragma unroll
         for (int rr = 0; rr < kDownRows; ++rr) {
           float sum = 0.0f;
 #pragma unroll
           for (int r = 0; r < 4; ++r) {  // zeros past the row
-            if constexpr (FP8) sum += scale[rr][r] * dot16_fp8(w[rr][r], a[r], a_hi[r]);
-            else sum += dot8(w[rr][r], a[r]);
+            if constexpr (FP8) {
+              const int c = first + r * 32 + lane;
+              if (c < last && rr < valid_rows) {
+                const uint4 a_hi = *reinterpret_cast<const uint4*>(act + c * VALS + 8);
+                const float scale = __ldg(scales + (h_first + rr) / kScaleBlock * n_blocks + c * VALS / kScaleBlock);
+                sum += scale * dot16_fp8(w[rr][r], a[r], a_hi);
+              }
+            } else {
+              sum += dot8(w[rr][r], a[r]);
+            }
           }
           sum = warp_sum(sum);
           if (lane == 0 && rr < valid_rows) scratch[(group * kDownRows + rr) * per_column + rest] = sum;

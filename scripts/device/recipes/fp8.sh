@@ -3,11 +3,13 @@
 # The tests first (the device quantiser bit for bit, the fp8 fused decode path against the CPU layer, the
 # bf16 decode tests beside it); then on each shape the bench at the default decode limit, and at T = 4, 8
 # with the fused path taking them (MOE_DECODE_MAX_TOKENS=8: both layers fused, for the fp8 kernel's time).
-# Usage: fp8 [shapes] [tokens]   (defaults: three shapes; T = 1, 2, 4, 8, 16, 128)
+# Usage: fp8 [shapes] [tokens] [fused tokens]   (defaults: three shapes; T = 1, 2, 4, 8, 16, 128; fused 4,8,
+# '-' for none)
 set -uo pipefail
 source scripts/device/lib/common.sh
 shapes=${1:-qwen3-30b-a3b,deepseek-v3,mixtral-8x7b}
 tokens=${2:-1,2,4,8,16,128}
+fused=${3:-4,8}
 work=/tmp/fp8-bench && rm -rf "$work" && mkdir -p "$work"  # packed into one file: the device returns 8
 gpu
 timeout 120 "$bin/cuda_tests" --gtest_filter='Fp8Block*:CudaDecodeFp8*:CudaDecode.*' > "$out/tests_fp8.log" 2>&1
@@ -33,5 +35,7 @@ for r in rows:
 PY
 }
 for shape in ${shapes//,/ }; do bench default "$shape" "$tokens"; done
-for shape in ${shapes//,/ }; do bench fused8 "$shape" 4,8 MOE_DECODE_MAX_TOKENS=8; done
+if [ "$fused" != - ]; then
+  for shape in ${shapes//,/ }; do bench fused8 "$shape" "$fused" MOE_DECODE_MAX_TOKENS=8; done
+fi
 tar czf "$out/fp8_bench.tar.gz" -C "$work" .
