@@ -141,14 +141,16 @@ void print_rows(const std::vector<BenchRow>& rows) {
              "us_median", "TFLOP/s", "TB/s", "floor us", "xfloor");
   for (const BenchRow& r : rows)
     fmt::print("{:<15} {:>6} {:>8} {:>7} {:>10.1f} {:>8.3f} {:>8.3f} {:>9.1f} {:>7.2f}\n", r.shape.name, r.tokens,
-               r.routing, !r.cpu && r.weights != "bf16" ? r.backend + "/" + r.weights : r.backend, r.us_median, r.tflops, r.weight_tbps, r.floor_us, r.ratio_to_floor);
+               r.routing, !r.cpu && r.weights != "bf16" ? r.backend + "/" + r.weights : r.backend, r.us_median,
+               r.tflops, r.weight_tbps, r.floor_us, r.ratio_to_floor);
   if (rows.empty()) return;
   if (!rows[0].cpu) {
     fmt::print("ceilings measured in this run: matmul {:.0f} TFLOP/s, copy {:.2f} TB/s\n", rows[0].matmul_tflops,
                rows[0].copy_tbps);
     for (const BenchRow& r : rows) {
       if (r.path.empty()) continue;
-      const std::string vs = r.peer.empty() ? "" : fmt::format(" ({:.2f}x the time of {})", r.us_median / r.peer_us, r.peer);
+      const std::string vs =
+          r.peer.empty() ? "" : fmt::format(" ({:.2f}x the time of {})", r.us_median / r.peer_us, r.peer);
       fmt::print("  T={} {}: {}{}\n", r.tokens, r.weights, r.path, vs);
     }
     return;

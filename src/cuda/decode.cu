@@ -513,7 +513,8 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
         const int n = routed ? p.I : p.S;
         const int64_t expert = routed ? entry_expert[entry] : 0;
         const int h_first = h0 + group * kDownRows;
-        const unsigned char* rows = (routed ? w2 + expert * H * p.I * WBYTES : shared_w2) + int64_t{h_first} * n * WBYTES;
+        const unsigned char* rows =
+            (routed ? w2 + expert * H * p.I * WBYTES : shared_w2) + int64_t{h_first} * n * WBYTES;
         const bf16* act = p.act + t * p.act_stride + (routed ? int64_t{entry} * p.I : int64_t{D} * p.I);
         const int first = seg * kDownSegChunks, last = min(n / VALS, first + kDownSegChunks);
         const int valid_rows = min(kDownRows, h1 - h_first);
@@ -546,7 +547,8 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
               const int c = first + r * 32 + lane;
               if (c < last && rr < valid_rows) {
                 const uint4 a_hi = *reinterpret_cast<const uint4*>(act + c * VALS + 8);
-                const float scale = __ldg(scales + (h_first + rr) / kScaleBlock * n_blocks + c * VALS / kScaleBlock);
+                const float scale =
+                    __ldg(scales + (h_first + rr) / kScaleBlock * n_blocks + c * VALS / kScaleBlock);
                 sum += scale * dot16_fp8(w[rr][r], a[r], a_hi);
               }
             } else {

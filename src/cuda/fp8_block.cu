@@ -14,12 +14,14 @@ constexpr int kBlock = 128, kThreads = 256;
 constexpr float kE4m3Max = 448.0f;
 
 static __global__ void __launch_bounds__(kThreads)
-    quantize_fp8_block_kernel(const bf16* __restrict__ w, int64_t rows, int64_t cols, uint8_t* __restrict__ values,
-                              float* __restrict__ scales, int* __restrict__ non_finite) {
+    quantize_fp8_block_kernel(const bf16* __restrict__ w, int64_t rows, int64_t cols,
+                              uint8_t* __restrict__ values, float* __restrict__ scales,
+                              int* __restrict__ non_finite) {
   const int64_t row_blocks = (rows + kBlock - 1) / kBlock, col_blocks = (cols + kBlock - 1) / kBlock;
   const int64_t mat = blockIdx.z, bi = blockIdx.y, bj = blockIdx.x;
   const int64_t r0 = bi * kBlock, c0 = bj * kBlock;
-  const int r_n = static_cast<int>(min(int64_t{kBlock}, rows - r0)), c_n = static_cast<int>(min(int64_t{kBlock}, cols - c0));
+  const int r_n = static_cast<int>(min(int64_t{kBlock}, rows - r0)),
+            c_n = static_cast<int>(min(int64_t{kBlock}, cols - c0));
   const bf16* src = w + mat * rows * cols + r0 * cols + c0;
   uint8_t* dst = values + mat * rows * cols + r0 * cols + c0;
   __shared__ float warp_amax[kThreads / 32];
@@ -37,7 +39,8 @@ static __global__ void __launch_bounds__(kThreads)
     if (c < c_n && !isfinite(__bfloat162float(src[int64_t{r} * cols + c]))) bad = true;
   }
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicExch(non_finite, 1);
-  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  for (int offset = 16; offset > 0; offset /= 2)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
   if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -58,13 +61,14 @@ static __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void quantize_fp8_block(const bf16* w, int64_t mats, int64_t rows, int64_t cols, uint8_t* values, float* scales,
-                        int* non_finite, cudaStream_t stream) {
-  MOE_CUDA_REQUIRE(mats >= 0 && rows >= 0 && cols >= 0 && mats <= 65535,
-                   "quantize_fp8_block: sizes must be >= 0 and at most 65535 matrices, got " + std::to_string(mats));
+void quantize_fp8_block(const bf16* w, int64_t mats, int64_t rows, int64_t cols, uint8_t* values,
+                        float* scales, int* non_finite, cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(
+      mats >= 0 && rows >= 0 && cols >= 0 && mats <= 65535,
+      "quantize_fp8_block: sizes must be >= 0 and at most 65535 matrices, got " + std::to_string(mats));
   if (mats == 0 || rows == 0 || cols == 0) return;
-  const dim3 grid(static_cast<unsigned>((cols + kBlock - 1) / kBlock), static_cast<unsigned>((rows + kBlock - 1) / kBlock),
-                  static_cast<unsigned>(mats));
+  const dim3 grid(static_cast<unsigned>((cols + kBlock - 1) / kBlock),
+                  static_cast<unsigned>((rows + kBlock - 1) / kBlock), static_cast<unsigned>(mats));
   quantize_fp8_block_kernel<<<grid, kThreads, 0, stream>>>(w, rows, cols, values, scales, non_finite);
   MOE_CUDA_CHECK(cudaGetLastError());
 }

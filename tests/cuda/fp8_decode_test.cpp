@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "device_layer.h"
-#include "cuda/ops.h"
 #include "moe/layer/moe_layer.h"
 #include "moe/layer/random_weights.h"
 #include "moe/quant/fp8_block.h"
@@ -30,7 +30,8 @@ Tensor fp8_round_trip(const Tensor& w) {
 MoeWeights fp8_round_trip(const MoeWeights& w) {
   MoeWeights out = w;
   const auto mlp = [](const SwigluWeights& m) {
-    return SwigluWeights{.gate = fp8_round_trip(m.gate), .up = fp8_round_trip(m.up), .down = fp8_round_trip(m.down)};
+    return SwigluWeights{
+        .gate = fp8_round_trip(m.gate), .up = fp8_round_trip(m.up), .down = fp8_round_trip(m.down)};
   };
   for (size_t e = 0; e < w.experts.size(); ++e) out.experts[e] = mlp(w.experts[e]);
   if (w.shared.gate.defined()) out.shared = mlp(w.shared);
@@ -43,7 +44,8 @@ TEST(Fp8Block, DeviceQuantiserMatchesTheCpuBitForBit) {
   const int64_t mats = 3, rows = 200, cols = 320;  // partial blocks at both edges
   Tensor w = rng.normal_tensor({mats, rows, cols}, 3.0f, DType::BF16);
   uint16_t* bits = w.data_as<uint16_t>();
-  for (int64_t r = 128; r < rows; ++r) std::fill_n(bits + r * cols + 256, cols - 256, uint16_t{0});  // a zero block
+  for (int64_t r = 128; r < rows; ++r)
+    std::fill_n(bits + r * cols + 256, cols - 256, uint16_t{0});  // a zero block
   bits[5] = 0x4300;  // 128.0: the largest value of its block, which sets the block's scale
   const quant::Fp8BlockWeight want = quant::quantize_fp8_block(w, kBlock);
 
@@ -51,8 +53,8 @@ TEST(Fp8Block, DeviceQuantiserMatchesTheCpuBitForBit) {
   test::Device<uint8_t> d_values(w.numel());
   test::Device<float> d_scales(want.scale_inv.numel());
   test::Device<int> d_bad(std::vector<int>{0});
-  quantize_fp8_block(reinterpret_cast<const bf16*>(d_w.get()), mats, rows, cols, d_values.get(), d_scales.get(),
-                     d_bad.get(), nullptr);
+  quantize_fp8_block(reinterpret_cast<const bf16*>(d_w.get()), mats, rows, cols, d_values.get(),
+                     d_scales.get(), d_bad.get(), nullptr);
   const auto values = d_values.host();
   const auto scales = d_scales.host();
   EXPECT_EQ(d_bad.host()[0], 0);
@@ -107,7 +109,8 @@ TEST(CudaDecodeFp8, MatchesTheCpuLayerOnTheDequantisedWeights) {
       SCOPED_TRACE(std::string(c.type) + " H " + std::to_string(H) + " T " + std::to_string(T));
       const Tensor xb = rng.normal_tensor({T, H}, 1.0f, DType::BF16);
       const LayerOutput want = cpu_fp8.forward(xb.to_f32()), bf16_out = cpu_bf16.forward(xb.to_f32());
-      test::Device<uint16_t> d_x(std::vector<uint16_t>(xb.data_as<uint16_t>(), xb.data_as<uint16_t>() + T * H));
+      test::Device<uint16_t> d_x(
+          std::vector<uint16_t>(xb.data_as<uint16_t>(), xb.data_as<uint16_t>() + T * H));
       test::Device<float> d_out(T * H), d_weights(T * k);
       test::Device<int32_t> d_ids(T * k);
       MOE_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, T * H * sizeof(float)));  // NaN: unwritten outputs show
