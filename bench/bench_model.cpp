@@ -94,9 +94,8 @@ void print_split(const char* name, const Phase& phase, int64_t tokens_per_repeat
 
 }  // namespace
 
-void write_random_model(const std::filesystem::path& dir, int64_t layers) {
+std::string write_random_model(const std::filesystem::path& dir, int64_t layers) {
   constexpr int64_t H = 2048, heads = 32, kv_heads = 4, D = 128, E = 128, I = 768, V = 32000;
-  std::filesystem::create_directories(dir);
   const nlohmann::json config = {{"architectures", {"Qwen3MoeForCausalLM"}},
                                  {"model_type", "qwen3_moe"},
                                  {"hidden_size", H},
@@ -140,8 +139,7 @@ void write_random_model(const std::filesystem::path& dir, int64_t layers) {
     tensors.emplace_back(p + "mlp.experts.down_proj", random_bf16({E, H, I}, seed++));
   }
   write_sharded_checkpoint(dir, tensors, uint64_t{2} << 30);
-  fmt::print("wrote {} (qwen3_moe, {} layers, hidden {}, {} experts of {}, vocab {}, bf16)\n", dir.string(),
-             layers, H, E, I, V);
+  return fmt::format("qwen3_moe, {} layers, hidden {}, {} experts of {}, vocab {}, bf16", layers, H, E, I, V);
 }
 
 void run_model_bench(const ModelBenchArgs& a) {

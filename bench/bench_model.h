@@ -4,10 +4,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "cpu/fast_experts.h"
 #include "moe/layer/moe_layer.h"
+#include "moe/model/causal_lm.h"
+#include "moe/model/model_config.h"
 
 namespace moe::cli {
 
@@ -25,8 +29,24 @@ void run_model_bench(const ModelBenchArgs& args);
 // warm-up run, and the decode roofline (the bytes a step must read / the device copy bandwidth measured in
 // the same run). Throws moe::Error in a build without CUDA or without a GPU.
 void run_model_bench_cuda(const ModelBenchArgs& args);
+// The same on random weights of a model shape made in GPU memory (bench_random_model_cuda.cpp), no
+// checkpoint on disk.
+void run_random_model_bench_cuda(const ModelBenchArgs& args, const model::ModelConfig& config,
+                                 const std::string& label);
 
-// Qwen3-MoE-shaped random BF16 checkpoint with `layers` decoder layers (~1.3 GB each) into `dir`.
-void write_random_model(const std::filesystem::path& dir, int64_t layers);
+// The pieces both GPU runs share (bench_model_cuda.cpp): the model options for the batches asked for, the
+// bf16 bytes of every weight a decode step reads in full (all but the routed experts, the routers and an
+// untied embedding) from the checkpoint's shapes, and the timed runs with their table, then a profiling
+// pass per batch size with the time of each part.
+// `parts` (which must outlive the model) takes the times of the parts in the profiling pass.
+model::ModelOptions cuda_bench_options(const ModelBenchArgs& args, model::ForwardTimes* parts);
+double dense_weight_bytes(const model::ModelConfig& config,
+                          const std::map<std::string, std::vector<int64_t>>& shapes);
+void time_model_cuda(model::CausalLM& lm, const model::ModelConfig& config, double dense_bytes,
+                     const ModelBenchArgs& args, model::ForwardTimes& parts);
+
+// Qwen3-MoE-shaped random BF16 checkpoint with `layers` decoder layers (~1.3 GB each) into the existing
+// directory `dir`; returns what it wrote, in words.
+std::string write_random_model(const std::filesystem::path& dir, int64_t layers);
 
 }  // namespace moe::cli

@@ -1,15 +1,17 @@
 // moe bench: the whole layer on model shapes, against the floor and the ceilings measured in the run.
 #include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "bench/bench.h"
 #include "bench/bench_model.h"
+#include "bench/random_model_shapes.h"
 #include "commands.h"
-#include "validators.h"
-#include "moe/core/check.h"
 #include "core/output_file.h"
+#include "moe/core/check.h"
+#include "output_directory.h"
+#include "validators.h"
 
 namespace moe::cli {
 
@@ -26,6 +28,7 @@ struct BenchArgs {
   std::string wire = "bf16,fp8";
   int64_t hidden = 7168;
   ModelBenchArgs model;       // --model: the whole model (bench_model.cpp, bench_model_cuda.cpp)
+  std::string random_model;   // --random-model: a model shape on random weights made on the GPU
   std::string batches = "1";  // --batch: its batch sizes on the GPU
   std::string write_model;    // --write-model: write the random checkpoint for --model
   int64_t model_layers = 4;
@@ -74,7 +77,26 @@ void run_bench(const BenchArgs& a) {
   const NamedPath inputs[] = {{"--model", a.model.model}};
   check_output_paths(outputs, inputs);
   if (a.dispatch) return run_dispatch(a);
-  if (!a.write_model.empty()) return write_random_model(a.write_model, a.model_layers);
+  if (!a.write_model.empty()) {
+    OutputDirectory out(a.write_model, "--write-model", inputs);
+    const std::string what = write_random_model(out.temp_path(), a.model_layers);
+    out.commit();
+    fmt::print("wrote {} ({})\n", a.write_model, what);
+    return;
+  }
+  if (!a.random_model.empty()) {
+    MOE_CHECK(a.model.model.empty(), "--random-model and --model each name the model: give one");
+    MOE_CHECK(a.backend == "cuda", "--random-model builds its weights in GPU memory: add --backend cuda");
+    const model::ModelConfig config = random_model_config(a.random_model);  // checked before any GPU work
+    ModelBenchArgs m = a.model;
+    if (a.repeats_given) m.repeats = a.repeats;
+    m.batches = parse_tokens(a.batches);
+#if MOE_WITH_CUDA
+    return run_random_model_bench_cuda(m, config, a.random_model);
+#else
+    MOE_FAIL("this build has no CUDA backend (no nvcc at configure time): --random-model needs one");
+#endif
+  }
   if (!a.model.model.empty()) {
     ModelBenchArgs m = a.model;
     if (a.repeats_given) m.repeats = a.repeats;
@@ -164,6 +186,9 @@ Run add_bench_command(CLI::App& app) {
   cmd->add_option("--model", args->model.model,
                   "time the whole model in DIR instead: prefill and decode tokens/s and the floor (the CPU: the "
                   "time of each part; --repeats defaults to 3 here)");
+  cmd->add_option("--random-model", args->random_model,
+                  "time a full-depth model of a shape on random weights made in GPU memory (--backend cuda): "
+                  "qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite or an HF config.json file");
   cmd->add_option("--batch", args->batches, "--model --backend cuda: comma-separated batch sizes (sequences per step)")
       ->capture_default_str();
   cmd->add_option("--prompt-tokens", args->model.prompt_tokens, "--model: prompt length")

@@ -19,5 +19,6 @@ Run add_tokenize_command(CLI::App& app);
 Run add_generate_command(CLI::App& app);
 Run add_quantize_command(CLI::App& app);
 Run add_serve_command(CLI::App& app);
+Run add_stats_command(CLI::App& app);
 
 }  // namespace moe::cli

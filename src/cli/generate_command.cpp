@@ -49,6 +49,7 @@ struct GenerateArgs {
   bool ep = false;
   std::string placement, ep_transfer;  // ep_transfer empty: f32 on the CPU, bf16 on GPUs
   std::string ep_combine;              // empty: f32 on the CPU (its only one), bf16 on GPUs
+  engine::EplbOptions eplb;            // elastic placement under --ep
   // Which of the sampling options the command line gave: the others come from generation_config.json.
   bool has_temperature = false, has_top_p = false, has_top_k = false, has_seed = false;
 };
@@ -189,15 +190,17 @@ void run_generate(const GenerateArgs& a) {
   // blocks exchange tokens between ranks and end with the same output bytes on every rank
   // (engine/expert_parallel.h); the ranks compute identical logits and so pick identical tokens. Rank 0 alone prints and writes files.
   std::unique_ptr<engine::ExpertParallel> ep;  // outlives the engine, whose model's MoE blocks hold its communicators
-  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty()),
-            "--placement, --ep-transfer and --ep-combine need --ep");
+  MOE_CHECK(a.ep || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty() &&
+                     a.eplb.interval_steps == 0),
+            "--placement, --ep-transfer, --ep-combine and --eplb-interval-steps need --ep");
   const ep::EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
   if (a.ep) {
     MOE_CHECK(a.backend == "cuda" || a.cpu_experts != "fast",
               "--ep runs the MoE blocks on the CPU reference experts (or with --backend cuda on one GPU per rank): "
               "drop --cpu-experts fast");
     const model::ModelBackend backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
-    ep = std::make_unique<engine::ExpertParallel>(backend, a.placement, wires, engine::ep_exchange_tokens(options));
+    ep = std::make_unique<engine::ExpertParallel>(backend, a.placement, wires,
+                                                  engine::ep_exchange_tokens(options), a.eplb);
   }
   const bool root = !ep || ep->rank() == 0;
 
@@ -349,6 +352,23 @@ Run add_generate_command(CLI::App& app) {
                   "--ep: wire format of the partial sums sent back, bf16 (the GPU default) or f32 (the CPU's only "
                   "one; on GPUs the tokens then equal one GPU's up to fp32 addition order)")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  auto* eplb =
+      cmd->add_option("--eplb-interval-steps", args->eplb.interval_steps,
+                      "--ep: rebalance the placement every this many model steps (CPU; 0: fixed); --stats "
+                      "then lists the epochs")
+          ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--eplb-window-steps", args->eplb.window_steps,
+                  "--ep: the load window of rebalancing, in steps")
+      ->check(CLI::PositiveNumber)
+      ->needs(eplb);
+  cmd->add_option("--num-redundant-experts", args->eplb.redundant_experts,
+                  "--ep: spare expert slots per layer for replicas of hot experts")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(eplb);
+  cmd->add_option("--eplb-min-gain", args->eplb.min_gain,
+                  "--ep: move experts only when predicted max/mean rank load improves by at least this")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(eplb);
   return [args, temperature, top_p, top_k, seed] {
     args->has_temperature = temperature->count() > 0;
     args->has_top_p = top_p->count() > 0;

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
       {"generate", moe::cli::add_generate_command(app)},
       {"quantize", moe::cli::add_quantize_command(app)},
       {"serve", moe::cli::add_serve_command(app)},
+      {"stats", moe::cli::add_stats_command(app)},
   };
   // Every option's help shows its default.
   app.option_defaults()->always_capture_default();

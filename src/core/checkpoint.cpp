@@ -154,6 +154,19 @@ Checkpoint Checkpoint::open(const fs::path& path) {
   return checkpoint;
 }
 
+Checkpoint Checkpoint::generated(std::string label, std::map<std::string, std::vector<int64_t>> shapes,
+                                 Maker make) {
+  MOE_CHECK(make != nullptr, "a generated checkpoint ({}) needs a maker", label);
+  Checkpoint checkpoint;
+  checkpoint.path_ = checkpoint.source_ = label;
+  for (const auto& [name, shape] : shapes) checkpoint.weight_map_.emplace(name, "");
+  checkpoint.generated_shapes_ =
+      std::make_shared<const std::map<std::string, std::vector<int64_t>>>(std::move(shapes));
+  checkpoint.make_ = std::move(make);
+  checkpoint.shards_ = std::make_shared<ShardCache>();
+  return checkpoint;
+}
+
 bool Checkpoint::contains(const std::string& name) const { return weight_map_.count(name) != 0; }
 
 std::vector<std::string> Checkpoint::names() const {
@@ -182,6 +195,7 @@ Tensor Checkpoint::get(const std::string& name) const {
     MOE_FAIL("tensor '{}' not found in {}{}", name, source_.string(),
              hint ? fmt::format(" (did you mean '{}'?)", *hint) : std::string());
   }
+  if (generated_shapes_) return make_(name, generated_shapes_->at(name));
   const SafetensorsFile& file = shard(it->second, name);
   MOE_CHECK(file.contains(name), "'{}' maps tensor '{}' to '{}', but that shard has no such tensor",
             source_.string(), name, file.path().string());

@@ -1,7 +1,8 @@
 #pragma once
 // CUDA ops of the decoder around the MoE blocks, one file each under src/cuda/ with the CPU op's name
 // (embedding.cu, rms_norm.cu, rope.cu, clamp.cu, activation.cu, attention.cu, mla.cu; linear.h for the
-// GEMMs). Launchers take device pointers and a stream (last), never synchronise and never allocate.
+// GEMMs; sampling.cu chooses tokens; random_fill.cu makes random weights). Launchers take device pointers
+// and a stream (last), never synchronise and never allocate.
 // Activations are bf16, the residual stream and the KV cache fp32; every reduction (norm statistics, q·k,
 // softmax, GEMM sums) is fp32.
 
@@ -87,5 +88,21 @@ void mla_absorb_queries(const bf16* q, const bf16* kv_b, const MlaDims& dims, in
 // [h (nope + v) + nope, (h + 1)(nope + v)) of kv_b.
 void mla_expand_context(const bf16* context, const bf16* kv_b, const MlaDims& dims, int64_t T, bf16* out,
                         cudaStream_t stream);
+
+// ---- sampling.cu -----------------------------------------------------------------------------------
+// model::TokenChoice of one row (temperature 0: greedy).
+struct TokenChoiceArgs {
+  float temperature, top_p;
+  int top_k;
+  double uniform;
+};
+// out [rows] = the token choices[r] (device) picks from row r of logits [rows, vocab] fp32.
+void choose_tokens(const float* logits, int64_t rows, int64_t vocab, const TokenChoiceArgs* choices,
+                   int32_t* out, cudaStream_t stream);
+
+// ---- random_fill.cu --------------------------------------------------------------------------------
+// x [n] = uniform values of standard deviation `stddev` (mean 0), each a function of (seed, index) only.
+void fill_uniform(bf16* x, int64_t n, float stddev, uint64_t seed, cudaStream_t stream);
+void fill_uniform(float* x, int64_t n, float stddev, uint64_t seed, cudaStream_t stream);
 
 }  // namespace moe::cuda

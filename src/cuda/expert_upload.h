@@ -19,9 +19,10 @@ inline int64_t padded_intermediate(int64_t I) {
   return (I + kIntermediateAlign - 1) / kIntermediateAlign * kIntermediateAlign;
 }
 
-// Uploads SwiGLU MLPs whose true intermediate size (their gate rows) may be below the padded I: the extra
-// gate/up rows and down columns are zero, which is exact (silu(0) · 0 = 0, and the zero columns of down
-// multiply those zeros). w13 [mlps, 2I, H], w2 [mlps, H, I].
+// Uploads SwiGLU MLPs (host tensors, or bf16 device tensors, copied on the device) whose true intermediate
+// size (their gate rows) may be below the padded I: the extra gate/up rows and down columns are zero, which
+// is exact (silu(0) · 0 = 0, and the zero columns of down multiply those zeros). w13 [mlps, 2I, H], w2 [mlps,
+// H, I].
 void upload_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64_t I, DeviceBuffer<bf16>& w13,
                  DeviceBuffer<bf16>& w2);
 

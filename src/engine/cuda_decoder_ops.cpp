@@ -28,6 +28,12 @@ using model::BatchLayout;
 using model::MlaShape;
 using model::ModelKvCache;
 
+template <class T>
+std::vector<uint8_t> as_bytes(const std::vector<T>& values) {
+  const auto* p = reinterpret_cast<const uint8_t*>(values.data());
+  return {p, p + values.size() * sizeof(T)};
+}
+
 bf16* bf16_data(const Tensor& t) {
   return static_cast<bf16*>(t.data());
 }
@@ -259,8 +265,33 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   Tensor lm_head(const Tensor& x, const Tensor& w) override { return gemm(x, w, DType::F32, "lm_head"); }
 
+  // Only the ids come back (the step's one synchronisation).
+  std::vector<int32_t> choose_tokens(const Tensor& logits,
+                                     std::span<const model::TokenChoice> choices) override {
+    require_device(logits, DType::F32, "choose_tokens");
+    const int64_t n = logits.size(0);
+    MOE_CHECK(static_cast<int64_t>(choices.size()) == n, "choose_tokens: {} choices for logits {}",
+              choices.size(), logits.shape_string());
+    std::vector<cuda::TokenChoiceArgs> args;
+    for (const model::TokenChoice& c : choices)
+      args.push_back({.temperature = static_cast<float>(c.temperature),
+                      .top_p = static_cast<float>(c.top_p),
+                      .top_k = c.top_k,
+                      .uniform = c.uniform});
+    const auto* d_args =
+        reinterpret_cast<const cuda::TokenChoiceArgs*>(choices_.upload(as_bytes(args), stream_));
+    Tensor ids = cuda::device_empty(DType::I32, {n}, stream_);  // [n]
+    cuda::choose_tokens(logits.data_as<float>(), n, logits.size(1), d_args, ids.data_as<int32_t>(), stream_);
+    const Tensor host = staging_.to_host(ids, stream_);
+    return {host.data_as<int32_t>(), host.data_as<int32_t>() + n};
+  }
+
+  // NOTE: a weight already on the device (random weights made there) is kept as it is, in the dtype it must
+  // have.
   Tensor load_weight(const Tensor& view, bool fp32) override {
-    return cuda::to_device(view, fp32 ? DType::F32 : DType::BF16, stream_);
+    const DType dtype = fp32 ? DType::F32 : DType::BF16;
+    if (view.device() == Device::cuda) return weight(view, dtype);
+    return cuda::to_device(view, dtype, stream_);
   }
 
   Tensor kv_blocks(std::vector<int64_t> shape) override {
@@ -311,6 +342,7 @@ class CudaDecoderOps final : public model::DecoderOps {
   DeviceTable<int32_t, DType::I32> ids_, slots_, attention_tables_, rows_;
   DeviceTable<int64_t, DType::I64> positions_;
   DeviceTable<float, DType::F32> inv_freq_;
+  DeviceTable<uint8_t, DType::U8> choices_;  // cuda::TokenChoiceArgs as bytes
 };
 
 }  // namespace
@@ -319,14 +351,28 @@ std::unique_ptr<model::DecoderOps> make_cuda_decoder_ops() {
   return std::make_unique<CudaDecoderOps>();
 }
 
-std::unique_ptr<model::CausalLM> load_cuda_causal_lm(const std::filesystem::path& dir,
-                                                     model::ModelOptions options) {
+namespace {
+
+model::ModelOptions cuda_options(model::ModelOptions options) {
   MOE_CHECK(cuda_device_available(), "backend cuda: no GPU is visible (use the cpu backend)");
   MOE_CHECK(!options.moe_block,
             "the decoder on the GPU runs its own MoE blocks: it takes no moe_block function "
             "(expert parallelism runs the decoder on the host)");
   options.backend = model::ModelBackend::cuda;
-  return model::load_causal_lm(dir, options, make_cuda_decoder_ops());
+  return options;
+}
+
+}  // namespace
+
+std::unique_ptr<model::CausalLM> load_cuda_causal_lm(const std::filesystem::path& dir,
+                                                     model::ModelOptions options) {
+  return model::load_causal_lm(dir, cuda_options(std::move(options)), make_cuda_decoder_ops());
+}
+
+std::unique_ptr<model::CausalLM> load_cuda_causal_lm(model::ModelConfig config, Checkpoint checkpoint,
+                                                     model::ModelOptions options) {
+  return model::load_causal_lm(std::move(config), std::move(checkpoint), cuda_options(std::move(options)),
+                               make_cuda_decoder_ops());
 }
 
 }  // namespace moe::engine

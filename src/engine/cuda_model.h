@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <memory>
 
+#include "moe/core/checkpoint.h"
 #include "moe/model/causal_lm.h"
+#include "moe/model/model_config.h"
 
 namespace moe::engine {
 
@@ -16,6 +18,10 @@ namespace moe::engine {
 // moe::Error as CausalLM::load does, and where there is no GPU, options.moe_block is set (expert
 // parallelism runs its blocks on host activations) or the build has no CUDA.
 std::unique_ptr<model::CausalLM> load_cuda_causal_lm(const std::filesystem::path& dir,
+                                                     model::ModelOptions options);
+// The same from a parsed config and its weights; tensors the checkpoint makes on the device (bf16; norm
+// weights and biases F32; the routers on the host) are kept where they are (Checkpoint::generated).
+std::unique_ptr<model::CausalLM> load_cuda_causal_lm(model::ModelConfig config, Checkpoint checkpoint,
                                                      model::ModelOptions options);
 
 }  // namespace moe::engine

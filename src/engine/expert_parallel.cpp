@@ -2,10 +2,14 @@
 
 #include <fmt/core.h>
 
-#include "moe/core/check.h"
+#include <chrono>
+
 #include "ep/data_parallel.h"
 #include "ep/ep_layer.h"
+#include "ep/expert_migration.h"
 #include "ep/placement.h"
+#include "ep/rebalance.h"
+#include "moe/core/check.h"
 
 namespace moe::engine {
 
@@ -53,8 +57,9 @@ std::vector<ep::ExchangeStats> over_layers(const std::vector<EpLayerStats>& stat
 }  // namespace
 
 ExpertParallel::ExpertParallel(model::ModelBackend backend, std::string placement_file, ep::EpWires wires,
-                               int64_t exchange_tokens)
+                               int64_t exchange_tokens, EplbOptions eplb)
     : backend_(backend),
+      eplb_(eplb),
       placement_file_(std::move(placement_file)),
       wires_(wires),
       exchange_tokens_(exchange_tokens) {
@@ -62,6 +67,18 @@ ExpertParallel::ExpertParallel(model::ModelBackend backend, std::string placemen
   MOE_CHECK(!gpus || wires_.dispatch != ep::Transfer::f32,
             "expert parallelism on GPUs sends bf16 rows (the GPU layer's input is bf16): choose a bf16 or fp8 "
             "dispatch wire");
+  MOE_CHECK(
+      eplb_.interval_steps >= 0 && eplb_.window_steps >= 1 && eplb_.redundant_experts >= 0 &&
+          eplb_.min_gain >= 0,
+      "--eplb-interval-steps {} and --num-redundant-experts {} must be at least 0, --eplb-window-steps {} at "
+      "least 1, --eplb-min-gain {} at least 0",
+      eplb_.interval_steps, eplb_.redundant_experts, eplb_.window_steps, eplb_.min_gain);
+  MOE_CHECK(eplb_.interval_steps == 0 || !gpus,
+            "--eplb-interval-steps: elastic placement runs on the CPU backend only so far; drop it or "
+            "--backend cuda");
+  MOE_CHECK(eplb_.interval_steps == 0 || wires_.dispatch == ep::Transfer::f32,
+            "--eplb-interval-steps keeps outputs bit-identical to one rank with the f32 dispatch wire: drop "
+            "--ep-transfer");
   host_ = ep::make_mpi_communicator();
   if (gpus) device_ = ep::make_nccl_communicator(*host_);
 }
@@ -70,8 +87,39 @@ ExpertParallel::~ExpertParallel() = default;
 
 void ExpertParallel::install(model::ModelOptions& options) {
   options.moe_block = [this](int64_t layer, const MoeConfig& config, MoeWeights weights) {
-    ep::Placement placement = ep::resolve_placement(placement_file_, config.router.n_experts, size());
+    const int E = config.router.n_experts;
+    // Elastic without a file: experts that do not divide over the ranks start evenly spread (the first
+    // ranks one more), since the rebalancing gives every rank its share of slots anyway.
+    ep::Placement placement =
+        eplb_.interval_steps > 0 && placement_file_.empty() && E % size() != 0
+            ? ep::load_aware_placement(std::vector<int64_t>(E, 1), size(), (E + size() - 1) / size())
+            : ep::resolve_placement(placement_file_, E, size());
     if (!placement_) placement_ = placement;
+    auto totals = std::make_shared<ep::ExchangeStats>();
+    if (eplb_.interval_steps > 0) {
+      MOE_CHECK(int64_t{eplb_.redundant_experts} <= int64_t{E} * (size() - 1),
+                "--num-redundant-experts {}: {} experts on {} ranks have room for at most {} replicas (a "
+                "rank holds "
+                "an expert once); give fewer or run on more ranks",
+                eplb_.redundant_experts, E, size(), int64_t{E} * (size() - 1));
+      // Elastic: the block keeps its epoch's placement and slot weights, and the layer is rebuilt at a
+      // switch.
+      auto live = std::make_shared<Live>();
+      live->config = config;
+      for (int32_t e : placement.rank_experts[rank()]) live->slots.push_back(weights.experts[e]);
+      weights.experts.assign(weights.experts.size(), SwigluWeights{});
+      live->weights = std::move(weights);
+      live->placement = std::move(placement);
+      live->layer = build_layer(*live);
+      const size_t index = blocks_.size();
+      blocks_.push_back({layer, totals, live});
+      return model::ModelOptions::MoeBlockFn([this, live, totals, index](const Tensor& x) {
+        const std::shared_ptr<ep::EpLayer> current = live->layer;  // this step's epoch, kept for the call
+        LayerOutput out = ep::forward_replicated(*current, x, totals.get());
+        after_block(index, out);
+        return out;
+      });
+    }
     std::shared_ptr<ep::EpLayer> block;
     if (device_) {
       block = std::make_shared<ep::EpLayer>(ep::make_cuda_ep_layer(*device_, config, weights, std::move(placement),
@@ -80,11 +128,97 @@ void ExpertParallel::install(model::ModelOptions& options) {
       block = std::make_shared<ep::EpLayer>(
           ep::make_ep_layer(*host_, config, std::move(weights), std::move(placement), wires_.dispatch));
     }
-    auto totals = std::make_shared<ep::ExchangeStats>();
-    blocks_.push_back({layer, totals});
+    blocks_.push_back({layer, totals, nullptr});
     return model::ModelOptions::MoeBlockFn(
         [block, totals](const Tensor& x) { return ep::forward_replicated(*block, x, totals.get()); });
   };
+}
+
+std::shared_ptr<ep::EpLayer> ExpertParallel::build_layer(const Live& live) {
+  MoeWeights weights = live.weights;
+  for (size_t s = 0; s < live.slots.size(); ++s)
+    weights.experts[live.placement.rank_experts[rank()][s]] = live.slots[s];
+  return std::make_shared<ep::EpLayer>(ep::make_ep_layer(
+      *host_, live.config, std::move(weights), live.placement, ep::Transfer::f32, ep::CombineMode::per_pair));
+}
+
+void ExpertParallel::after_block(size_t block, const LayerOutput& out) {
+  const int n_blocks = static_cast<int>(blocks_.size());
+  if (!window_)
+    window_ = std::make_unique<ep::LoadWindow>(n_blocks, blocks_[0].live->config.router.n_experts,
+                                               eplb_.window_steps);
+  // This rank's tokens only (every rank holds the whole batch's ids); the collective sums the ranks.
+  const int64_t k = out.topk.ids.size(1);
+  const ep::TokenRange mine = ep::token_range(out.topk.ids.size(0), rank(), size());
+  const int32_t* ids = out.topk.ids.data_as<int32_t>();
+  window_->record(static_cast<int>(block),
+                  {ids + mine.begin * k, static_cast<size_t>((mine.end - mine.begin) * k)});
+  if (static_cast<int>(block) != n_blocks - 1) return;
+  window_->end_step();
+  if (++steps_ % eplb_.interval_steps == 0) rebalance();
+}
+
+void ExpertParallel::rebalance() {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<std::vector<int64_t>> load = window_->summed(*host_);
+  EpochRecord record{.epoch = static_cast<int>(epochs_.size()) + 1, .step = steps_};
+  // Pairs each rank served per block since the last decision: the interval just ended.
+  const size_t R = static_cast<size_t>(size());
+  std::vector<int64_t> served(blocks_.size() * R, 0);  // [blocks][R]
+  for (size_t i = 0; i < blocks_.size(); ++i) served[i * R + rank()] = blocks_[i].totals->pairs_served;
+  host_->allreduce_sum(served);
+  served_mark_.resize(served.size(), 0);
+  auto interval = [&](size_t i) {
+    std::vector<int64_t> v(R);
+    for (size_t r = 0; r < R; ++r) v[r] = served[i * R + r] - served_mark_[i * R + r];
+    return v;
+  };
+  auto block_of = [&](int64_t layer) {
+    size_t i = 0;
+    while (blocks_[i].layer != layer) ++i;
+    return i;
+  };
+  if (!epochs_.empty())
+    for (EpochRecord::Layer& l : epochs_.back().layers)
+      if (l.served_after.empty()) l.served_after = interval(block_of(l.layer));
+  // Every rank decides the same from the same sums; the copies go layer by layer into staging slots.
+  std::vector<std::pair<size_t, Live>> staged;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Live& live = *blocks_[i].live;
+    const ep::RebalanceDecision d = ep::rebalance_layer(
+        load[i], live.placement,
+        {.n_ranks = size(), .redundant_slots = eplb_.redundant_experts, .min_gain = eplb_.min_gain});
+    if (!d.move) continue;
+    const ep::ExpertShape shape{.hidden = live.config.hidden_size,
+                                .intermediate = live.config.expert_intermediate_size,
+                                .dtype = live.slots.empty() ? DType::F32 : live.slots[0].gate.dtype()};
+    ep::Migration m = ep::migrate_experts(*host_, live.placement, d.placement, live.slots, shape);
+    int64_t bytes[1] = {m.bytes_sent};
+    host_->allreduce_sum(bytes);
+    record.bytes_moved += bytes[0];
+    record.moved_experts += d.moved_experts;
+    record.layers.push_back({.layer = blocks_[i].layer,
+                             .before = ep::rank_loads(live.placement, load[i]),
+                             .after = ep::rank_loads(d.placement, load[i]),
+                             .served_before = interval(i),
+                             .served_after = {}});
+    Live next = live;
+    next.placement = d.placement;
+    next.slots = std::move(m.slots);
+    staged.emplace_back(i, std::move(next));
+  }
+  served_mark_ = std::move(served);
+  // NOTE: a switch by some ranks only would route with tables the others lack: all switch here or none.
+  // The copies above are synchronous, so every rank is ready when it gets here; the agreement is the one
+  // point where ranks commit to the new epoch (with copies in the background it is where they wait).
+  if (staged.empty() || !ep::agree_switch(*host_, true)) return;
+  for (auto& [i, next] : staged) {
+    next.layer = build_layer(next);
+    *blocks_[i].live = std::move(next);  // the old layer and the weights only it held are freed here
+  }
+  placement_ = blocks_[0].live->placement;
+  record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  epochs_.push_back(std::move(record));
 }
 
 std::vector<EpLayerStats> ExpertParallel::gather_stats() {
@@ -110,6 +244,23 @@ nlohmann::ordered_json ExpertParallel::stats_json(const std::vector<EpLayerStats
   const std::vector<ep::ExchangeStats> all = over_layers(stats, size());
   for (int r = 0; r < size(); ++r) totals.push_back(rank_json(r, all[r]));
   j["per_rank"] = totals;
+  if (eplb_.interval_steps > 0) {
+    j["epochs"] = nlohmann::ordered_json::array();
+    for (const EpochRecord& e : epochs_) {
+      nlohmann::ordered_json layers = nlohmann::ordered_json::object();
+      for (const EpochRecord::Layer& l : e.layers) {
+        nlohmann::ordered_json& j_layer = layers[std::to_string(l.layer)];
+        j_layer = {{"before", l.before}, {"after", l.after}, {"served_before", l.served_before}};
+        if (!l.served_after.empty()) j_layer["served_after"] = l.served_after;
+      }
+      j["epochs"].push_back({{"epoch", e.epoch},
+                             {"step", e.step},
+                             {"moved_experts", e.moved_experts},
+                             {"bytes_moved", e.bytes_moved},
+                             {"seconds", e.seconds},
+                             {"layers", layers}});
+    }
+  }
   return j;
 }
 

@@ -1,5 +1,6 @@
 #include "ep/dispatch_combine.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -43,6 +44,7 @@ class EpFinalize final : public Finalize {
   explicit EpFinalize(std::shared_ptr<EpExchange> exchange) : exchange_(std::move(exchange)) {}
   void finalize(const Tensor&, const RouterOutput&, const Tensor& expert_out, const ExpertBatch& batch, Tensor& out,
                 Stream) override {
+    if (exchange_->mode() == CombineMode::per_pair) return exchange_->combine_pairs(expert_out, batch, out);
     exchange_->combine(cpu::unpermute(expert_out, batch), out);  // [copies_received, H] -> [T_local, H]
   }
 
@@ -52,8 +54,9 @@ class EpFinalize final : public Finalize {
 
 }  // namespace
 
-EpExchange::EpExchange(Communicator& comm, Placement placement, Transfer transfer, int top_k)
-    : comm_(comm), placement_(std::move(placement)), transfer_(transfer), top_k_(top_k) {
+EpExchange::EpExchange(Communicator& comm, Placement placement, Transfer transfer, int top_k,
+                       CombineMode mode)
+    : comm_(comm), placement_(std::move(placement)), transfer_(transfer), top_k_(top_k), mode_(mode) {
   check_placement(placement_, placement_.n_experts, comm_.size());
   MOE_CHECK(top_k_ >= 1, "top_k {} must be at least 1", top_k_);
 }
@@ -86,6 +89,11 @@ ExpertBatch EpExchange::dispatch(const Tensor& x, const TopK& topk, bool copy_ro
     }
     for (int r = 0; r < R; ++r) send_copies_[r] += needs[r];
   }
+  send_pair_rows_.assign(R, 0);
+  for (int32_t r : pair_rank) ++send_pair_rows_[r];
+  std::vector<int64_t> pair_cursor = displacements(send_pair_rows_, 1);
+  pair_back_.assign(T * k, -1);
+  pair_weight_.assign(weights, weights + T * k);
 
   // Send buffers, grouped by destination rank, tokens in order inside each group.
   const int64_t row_bytes = transfer_row_bytes(transfer_, H), meta_bytes = int64_t{k} * sizeof(WirePair);
@@ -102,6 +110,7 @@ ExpertBatch EpExchange::dispatch(const Tensor& x, const TopK& topk, bool copy_ro
         if (pair_rank[t * k + j] != r) continue;
         if (copy < 0) copy = cursor[r]++;
         send_pairs[copy * k + used++] = {pair_slot[t * k + j], weights[t * k + j]};
+        pair_back_[t * k + j] = static_cast<int32_t>(pair_cursor[r]++);  // rows come back in this order
       }
       if (copy < 0) continue;
       for (int j = used; j < k; ++j) send_pairs[copy * k + j] = {-1, 0.0f};
@@ -121,6 +130,11 @@ ExpertBatch EpExchange::dispatch(const Tensor& x, const TopK& topk, bool copy_ro
                   recv_rows.data(), scaled(recv_copies_, row_bytes), displacements(recv_copies_, row_bytes));
   comm_.alltoallv(send_pairs.data(), scaled(send_copies_, meta_bytes), displacements(send_copies_, meta_bytes),
                   recv_pairs.data(), scaled(recv_copies_, meta_bytes), displacements(recv_copies_, meta_bytes));
+
+  recv_pair_rows_.assign(R, 0);
+  for (int p = 0, c = 0; p < R; ++p)
+    for (int64_t end = c + recv_copies_[p]; c < end; ++c)
+      for (int j = 0; j < k; ++j) recv_pair_rows_[p] += recv_pairs[c * k + j].slot >= 0;
 
   received_x_ = Tensor::empty(DType::F32, {n_recv, H});  // [copies_received, H]
   float* rx = received_x_.data_as<float>();
@@ -195,6 +209,56 @@ void EpExchange::combine(const Tensor& partial, Tensor& out) {
     for (int64_t h = 0; h < H; ++h) sum[sent_token_[c] * H + h] += b[c * H + h];
   float* o = out.data_as<float>();
   for (int64_t i = 0; i < T * H; ++i) o[i] = static_cast<float>(sum[i]);
+}
+
+void EpExchange::combine_pairs(const Tensor& expert_out, const ExpertBatch& batch, Tensor& out) {
+  const int k = top_k_;
+  const int64_t H = hidden_, n_recv = received_x_.size(0), T = stats_.tokens;
+  MOE_CHECK(mode_ == CombineMode::per_pair, "combine_pairs on an exchange that sends partial sums");
+  MOE_CHECK(expert_out.dtype() == DType::F32 && expert_out.is_contiguous() && expert_out.dim() == 2 &&
+                expert_out.size(0) == batch.row_token.size(0) && expert_out.size(1) == H,
+            "combine: expert rows {} for a batch of {} rows of width {}", expert_out.shape_string(),
+            batch.row_token.size(0), H);
+  MOE_CHECK(out.dtype() == DType::F32 && out.is_contiguous() && out.dim() == 2 && out.size(0) == T &&
+                out.size(1) == H,
+            "combine: output {} for {} tokens of width {}", out.shape_string(), T, H);
+  // Each received copy's pair rows in wire order, copies in the order they came (grouped by source rank).
+  const int64_t n_rows = std::accumulate(recv_pair_rows_.begin(), recv_pair_rows_.end(), int64_t{0});
+  Tensor rows = Tensor::empty(DType::F32, {n_rows, H});  // [pairs received, H]
+  const int32_t* pair_rows = batch.pair_rows.data_as<int32_t>();
+  const float* src = expert_out.data_as<float>();
+  float* dst = rows.data_as<float>();
+  int64_t next = 0;
+  for (int64_t c = 0; c < n_recv; ++c)
+    for (int j = 0; j < k; ++j) {
+      const int32_t row = pair_rows[c * k + j];
+      if (row < 0) continue;
+      std::memcpy(dst + next++ * H, src + int64_t{row} * H, H * sizeof(float));
+    }
+  const int64_t row_bytes = H * int64_t{sizeof(float)};
+  const int64_t n_back = std::accumulate(send_pair_rows_.begin(), send_pair_rows_.end(), int64_t{0});
+  Tensor back = Tensor::empty(DType::F32, {n_back, H});  // [T_local * k, H] our pairs' rows
+  comm_.alltoallv(rows.data(), scaled(recv_pair_rows_, row_bytes), displacements(recv_pair_rows_, row_bytes),
+                  back.data(), scaled(send_pair_rows_, row_bytes), displacements(send_pair_rows_, row_bytes));
+  stats_.bytes_sent += (n_rows - recv_pair_rows_[comm_.rank()]) * row_bytes;
+  stats_.bytes_received += (n_back - send_pair_rows_[comm_.rank()]) * row_bytes;
+
+  // NOTE: the same expression and order as cpu::unpermute (fp64 w · row over j, one rounding), so that
+  // the sum is bit-identical to the single-rank layer's.
+  const float* b = back.data_as<float>();
+  float* o = out.data_as<float>();
+  ThreadPool::global().parallel_for(T, 16, [&](int64_t t0, int64_t t1) {
+    std::vector<double> sum(H);
+    for (int64_t t = t0; t < t1; ++t) {
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (int j = 0; j < k; ++j) {
+        const double w = pair_weight_[t * k + j];
+        const float* row = b + int64_t{pair_back_[t * k + j]} * H;
+        for (int64_t h = 0; h < H; ++h) sum[h] += w * row[h];
+      }
+      for (int64_t h = 0; h < H; ++h) o[t * H + h] = static_cast<float>(sum[h]);
+    }
+  });
 }
 
 std::unique_ptr<Prepare> make_ep_prepare(std::shared_ptr<EpExchange> exchange) {

@@ -6,7 +6,10 @@
 // are exchanged, then rows and pairs by all-to-all-v. The ExpertBatch that prepare returns is over this
 // rank's slots (expert id = slot index, weights in placement.rank_experts[rank] order) and its "tokens" are
 // the received token copies. Combine: each copy's weighted partial sum goes back to its source, which adds
-// the partials of a token in ascending rank order (deterministic).
+// the partials of a token in ascending rank order (deterministic). Or, with CombineMode::per_pair, each
+// pair's expert row goes back and the source adds w · row over the token's pairs in top-k order in fp64,
+// rounding once, as the single-rank unpermute does: the output is then bit-identical to the single-rank
+// layer whatever the placement or replica (pairs / copies times the combine bytes).
 
 #include <memory>
 
@@ -38,9 +41,13 @@ struct ExchangeStats {
   }
 };
 
+// What the combine sends back: one partial sum per token copy, or every pair's expert row (bit-identical).
+enum class CombineMode : uint8_t { partial_sums, per_pair };
+
 class EpExchange {
  public:
-  EpExchange(Communicator& comm, Placement placement, Transfer transfer, int top_k);
+  EpExchange(Communicator& comm, Placement placement, Transfer transfer, int top_k,
+             CombineMode mode = CombineMode::partial_sums);
 
   // x [T_local, H] F32, topk [T_local, k] with logical expert ids -> batch over this rank's slots.
   // copy_rows = false gives an index-only batch (rows [n_rows, 0]) for a FusedExperts stage on received_x().
@@ -50,6 +57,10 @@ class EpExchange {
   // partial [copies_received, H] F32 (each copy's weighted sum over this rank's experts) -> out [T_local, H]
   // F32 (preallocated, contiguous; every element written).
   void combine(const Tensor& partial, Tensor& out);
+  // CombineMode::per_pair: expert_out [n_pairs, H] F32 (the rows of the batch that dispatch returned) ->
+  // out [T_local, H] F32 (preallocated, contiguous; every element written), summed in top-k order.
+  void combine_pairs(const Tensor& expert_out, const ExpertBatch& batch, Tensor& out);
+  CombineMode mode() const { return mode_; }
 
   const ExchangeStats& stats() const { return stats_; }
   const Placement& placement() const { return placement_; }
@@ -60,7 +71,12 @@ class EpExchange {
   Placement placement_;
   Transfer transfer_;
   int top_k_;
+  CombineMode mode_;
   int64_t hidden_ = 0;
+  std::vector<int32_t> pair_back_;       // per_pair: [T_local, k] each pair's row in the returned rows
+  std::vector<float> pair_weight_;       // per_pair: [T_local, k] the routing weights
+  std::vector<int64_t> send_pair_rows_;  // per_pair: [R] pairs sent to each peer
+  std::vector<int64_t> recv_pair_rows_;  // per_pair: [R] pairs received from each peer
   std::vector<int32_t> sent_token_;   // [copies_sent] local token of each copy, grouped by destination rank
   std::vector<int64_t> send_copies_;  // [R]
   std::vector<int64_t> recv_copies_;  // [R]

@@ -26,14 +26,15 @@ class SlotExperts final : public Experts {
 }  // namespace
 
 EpLayer make_ep_layer(Communicator& comm, const MoeConfig& config, MoeWeights weights, Placement placement,
-                      Transfer transfer) {
+                      Transfer transfer, CombineMode combine) {
   routing::validate(config.router);
   check_placement(placement, config.router.n_experts, comm.size());
   std::vector<SwigluWeights> slots;
   for (int32_t e : placement.rank_experts[comm.rank()]) slots.push_back(weights.experts[e]);
   // NOTE: only this rank's experts stay referenced; the other views are dropped (their pages never touched).
   weights.experts.clear();
-  auto exchange = std::make_shared<EpExchange>(comm, std::move(placement), transfer, config.router.top_k);
+  auto exchange =
+      std::make_shared<EpExchange>(comm, std::move(placement), transfer, config.router.top_k, combine);
 
   LayerStages stages;
   stages.device = Device::cpu;

@@ -35,9 +35,11 @@ struct EpLayer {
 // CPU reference ops (fp64-accumulated), the reference shared experts. weights: the whole block (views; only
 // this rank's experts and the shared experts stay referenced). The result equals the single-rank layer with
 // reference experts to fp32 rounding (exactly with Transfer::f32, up to the order in which a token's
-// per-rank partial sums are added). Throws moe::Error for a placement of other experts or ranks.
+// per-rank partial sums are added). With CombineMode::per_pair and Transfer::f32 the result is bit-identical
+// to that single-rank layer for any placement, replicas included (dispatch_combine.h). Throws moe::Error for
+// a placement of other experts or ranks.
 EpLayer make_ep_layer(Communicator& comm, const MoeConfig& config, MoeWeights weights, Placement placement,
-                      Transfer transfer = Transfer::f32);
+                      Transfer transfer = Transfer::f32, CombineMode combine = CombineMode::partial_sums);
 
 // Expert parallelism on GPUs over `comm` (NCCL, one GPU per rank: the communicator's, current; CUDA builds
 // only): the fp32 router (one fused launch up to 64 tokens, RouterGemm + top-k past it), the dispatch and

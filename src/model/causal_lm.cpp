@@ -4,16 +4,19 @@
 // DecoderOps (decoder_ops.h); the pieces in attention.h, moe_block.h, rope.h, kv_cache.h, family.h.
 #include "moe/model/causal_lm.h"
 
+#include <algorithm>
+
 #include "attention.h"
+#include "core/host_memory.h"
 #include "decoder_ops.h"
 #include "family.h"
 #include "forward_timer.h"
 #include "kv_cache.h"
+#include "moe/model/model_config.h"
 #include "moe_block.h"
 #include "rope.h"
+#include "token_choice.h"
 #include "weight_reader.h"
-#include "core/host_memory.h"
-#include "moe/model/model_config.h"
 
 namespace moe::model {
 
@@ -38,9 +41,10 @@ Checkpoint open_weights(const std::filesystem::path& dir) {
 
 class Model final : public CausalLM {
  public:
-  Model(const std::filesystem::path& dir, const ModelOptions& options, std::unique_ptr<DecoderOps> ops)
-      : config_(load_model_config(dir)),
-        checkpoint_(open_weights(dir)),
+  Model(ModelConfig config, Checkpoint checkpoint, const ModelOptions& options,
+        std::unique_ptr<DecoderOps> ops)
+      : config_(std::move(config)),
+        checkpoint_(std::move(checkpoint)),
         family_(find_family(config_.model_type)),
         reader_(checkpoint_, config_.model_type, config_.moe.quant,
                 [this](const Tensor& view, bool fp32) { return ops_->load_weight(view, fp32); }),
@@ -94,36 +98,67 @@ class Model final : public CausalLM {
 
   Tensor forward(std::span<const std::vector<int32_t>> new_tokens, KvCache& kv_cache, bool last_only,
                  const RoutingObserver& observer) override {
+    ModelKvCache& cache = model_cache(kv_cache, new_tokens.size());
+    std::vector<int32_t> ids;
+    const BatchLayout batch = layout(new_tokens, cache, ids);
+    if (batch.total == 0) return Tensor::empty(DType::F32, {0, config_.vocab_size});
+    return timed(times_, &ForwardTimes::total,
+                 [&] { return run_layers(batch, ids, cache, last_only, observer, {}); });
+  }
+
+  std::vector<int32_t> forward_sample(std::span<const std::vector<int32_t>> new_tokens, KvCache& kv_cache,
+                                      std::span<const TokenChoice> choices,
+                                      const RoutingObserver& observer) override {
+    for (const TokenChoice& c : choices) check_token_choice(c);
+    ModelKvCache& cache = model_cache(kv_cache, new_tokens.size());
+    const auto with_tokens =
+        std::count_if(new_tokens.begin(), new_tokens.end(), [](const auto& t) { return !t.empty(); });
+    MOE_CHECK(static_cast<int64_t>(choices.size()) == with_tokens,
+              "forward_sample: {} token choices for {} sequences with new tokens (one each)", choices.size(),
+              with_tokens);
+    std::vector<int32_t> ids;
+    const BatchLayout batch = layout(new_tokens, cache, ids);
+    if (batch.total == 0) return {};
+    const Tensor chosen = timed(times_, &ForwardTimes::total,
+                                [&] { return run_layers(batch, ids, cache, true, observer, choices); });
+    return {chosen.data_as<int32_t>(), chosen.data_as<int32_t>() + chosen.numel()};
+  }
+
+ private:
+  ModelKvCache& model_cache(KvCache& kv_cache, size_t sequences) const {
     auto* cache = dynamic_cast<ModelKvCache*>(&kv_cache);
     MOE_CHECK(cache && cache->owner() == this, "forward: the KV cache was not made by this model's new_cache");
-    MOE_CHECK(static_cast<int64_t>(new_tokens.size()) == cache->num_sequences(),
-              "forward: {} token lists for a cache of {} sequences (pass an empty list for a sequence without "
-              "new tokens)",
-              new_tokens.size(), cache->num_sequences());
+    MOE_CHECK(
+        static_cast<int64_t>(sequences) == cache->num_sequences(),
+        "forward: {} token lists for a cache of {} sequences (pass an empty list for a sequence without "
+        "new tokens)",
+        sequences, cache->num_sequences());
+    return *cache;
+  }
+
+  // Where each sequence's new tokens go in the batch (their blocks reserved), and the batch's ids in order.
+  static BatchLayout layout(std::span<const std::vector<int32_t>> new_tokens, ModelKvCache& cache,
+                            std::vector<int32_t>& ids) {
     BatchLayout batch;
-    std::vector<int32_t> ids;
-    for (int64_t s = 0; s < cache->num_sequences(); ++s) {
+    for (int64_t s = 0; s < cache.num_sequences(); ++s) {
       const auto& tokens = new_tokens[s];
       if (tokens.empty()) continue;
-      const int64_t start = cache->length(s), count = static_cast<int64_t>(tokens.size());
-      MOE_CHECK(start + count <= cache->max_length(),
+      const int64_t start = cache.length(s), count = static_cast<int64_t>(tokens.size());
+      MOE_CHECK(start + count <= cache.max_length(),
                 "sequence {} would hold {} tokens, more than the cache's max_length {}", s, start + count,
-                cache->max_length());
-      cache->reserve(s, count);  // the blocks for the new rows; checks max_length
+                cache.max_length());
+      cache.reserve(s, count);  // the blocks for the new rows; checks max_length
       batch.spans.push_back({.seq = s, .row = batch.total, .count = count, .start = start});
       for (int64_t i = 0; i < count; ++i) batch.positions.push_back(start + i);
       ids.insert(ids.end(), tokens.begin(), tokens.end());
       batch.total += count;
     }
-    const int64_t V = config_.vocab_size;
-    if (batch.total == 0) return Tensor::empty(DType::F32, {0, V});
-
-    return timed(times_, &ForwardTimes::total, [&] { return run_layers(batch, ids, *cache, last_only, observer); });
+    return batch;
   }
 
- private:
-  Tensor run_layers(const BatchLayout& batch, const std::vector<int32_t>& ids, ModelKvCache& cache, bool last_only,
-                    const RoutingObserver& observer) {
+  // The logits [rows, V] on the host, or with `choices` the chosen ids [spans] I32 on the host.
+  Tensor run_layers(const BatchLayout& batch, const std::vector<int32_t>& ids, ModelKvCache& cache,
+                    bool last_only, const RoutingObserver& observer, std::span<const TokenChoice> choices) {
     const double eps = config_.rms_norm_eps;
     // h += delta (the last block's output; undefined before the first), then h's norm by `weight`.
     const auto add_norm = [&](Tensor& h, const Tensor& delta, const Tensor& weight) {
@@ -159,10 +194,21 @@ class Model final : public CausalLM {
       for (const BatchLayout::Span& s : batch.spans) rows.push_back(s.row + s.count - 1);
       out = ops_->gather_rows(out, rows);  // [spans, H]
     }
-    Tensor logits = timed(times_, &ForwardTimes::lm_head, [&] { return ops_->to_host(ops_->lm_head(out, lm_head_)); });
+    Tensor result;
+    if (choices.empty()) {
+      result =
+          timed(times_, &ForwardTimes::lm_head, [&] { return ops_->to_host(ops_->lm_head(out, lm_head_)); });
+    } else {
+      const Tensor logits =
+          timed(times_, &ForwardTimes::lm_head, [&] { return ops_->lm_head(out, lm_head_); });
+      const std::vector<int32_t> chosen =
+          timed(times_, &ForwardTimes::sampling, [&] { return ops_->choose_tokens(logits, choices); });
+      result = Tensor::empty(DType::I32, {static_cast<int64_t>(chosen.size())});
+      std::copy(chosen.begin(), chosen.end(), result.data_as<int32_t>());
+    }
     for (const auto& [l, topk] : routing)
       report_routing(observer, batch, ids, l, {ops_->to_host(topk.ids), ops_->to_host(topk.weights)});
-    return logits;  // [rows, V]
+    return result;  // logits [rows, V] or ids [spans]
   }
 
   DecoderLayer load_layer(int64_t i, const ModelOptions& options) {
@@ -228,10 +274,44 @@ class Model final : public CausalLM {
 std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& dir, const ModelOptions& options,
                                          std::unique_ptr<DecoderOps> ops) {
   MOE_CHECK(ops != nullptr, "load_causal_lm needs the decoder's ops");
-  return std::make_unique<Model>(dir, options, std::move(ops));
+  ModelConfig config = load_model_config(dir);
+  return std::make_unique<Model>(std::move(config), open_weights(dir), options, std::move(ops));
+}
+
+std::unique_ptr<CausalLM> load_causal_lm(ModelConfig config, Checkpoint checkpoint,
+                                         const ModelOptions& options, std::unique_ptr<DecoderOps> ops) {
+  MOE_CHECK(ops != nullptr, "load_causal_lm needs the decoder's ops");
+  return std::make_unique<Model>(std::move(config), std::move(checkpoint), options, std::move(ops));
 }
 
 int64_t CausalLM::kv_memory_available() const { return host_available_memory(); }
+
+std::vector<int32_t> CausalLM::forward_sample(std::span<const std::vector<int32_t>> new_tokens,
+                                              KvCache& cache, std::span<const TokenChoice> choices,
+                                              const RoutingObserver& observer) {
+  for (const TokenChoice& c : choices) check_token_choice(c);
+  const Tensor logits = forward(new_tokens, cache, true, observer);  // [sequences with tokens, V]
+  MOE_CHECK(static_cast<int64_t>(choices.size()) == logits.size(0),
+            "forward_sample: {} token choices for {} sequences with new tokens (one each)", choices.size(),
+            logits.size(0));
+  std::vector<int32_t> ids;
+  const int64_t V = logits.size(1);
+  for (int64_t r = 0; r < logits.size(0); ++r)
+    ids.push_back(choose_token({logits.data_as<float>() + r * V, static_cast<size_t>(V)}, choices[r]));
+  return ids;
+}
+
+std::vector<int32_t> DecoderOps::choose_tokens(const Tensor& logits, std::span<const TokenChoice> choices) {
+  const Tensor host = to_host(logits);  // [n, V]
+  MOE_CHECK(
+      host.dim() == 2 && host.dtype() == DType::F32 && static_cast<int64_t>(choices.size()) == host.size(0),
+      "choose_tokens: {} choices for logits {}", choices.size(), host.shape_string());
+  std::vector<int32_t> ids;
+  const int64_t V = host.size(1);
+  for (int64_t r = 0; r < host.size(0); ++r)
+    ids.push_back(choose_token({host.data_as<float>() + r * V, static_cast<size_t>(V)}, choices[r]));
+  return ids;
+}
 
 std::unique_ptr<CausalLM> CausalLM::load(const std::filesystem::path& dir, const ModelOptions& options) {
   return load_causal_lm(dir, options, make_cpu_decoder_ops());

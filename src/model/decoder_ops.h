@@ -12,11 +12,13 @@
 #include <span>
 #include <vector>
 
-#include "kv_cache.h"
-#include "rope.h"
-#include "moe/core/expert_batch.h"
 #include "core/host_memory.h"
+#include "kv_cache.h"
+#include "moe/core/checkpoint.h"
+#include "moe/core/expert_batch.h"
 #include "moe/model/causal_lm.h"
+#include "moe/model/model_config.h"
+#include "rope.h"
 
 namespace moe::model {
 
@@ -80,6 +82,9 @@ class DecoderOps {
   virtual Tensor gather_rows(const Tensor& x, std::span<const int64_t> rows) = 0;
   // The logits: x [n, H] · lm_head [V, H]ᵀ -> [n, V] F32.
   virtual Tensor lm_head(const Tensor& x, const Tensor& weight) = 0;
+  // The token choices[i] picks from row i of logits [n, V] F32 (lm_head's), as host ids [n]; the default
+  // brings the logits to the host and chooses there (token_choice.h).
+  virtual std::vector<int32_t> choose_tokens(const Tensor& logits, std::span<const TokenChoice> choices);
 
   // A checkpoint view as these ops keep it, called once per weight at load: the CPU's keep the view (fp32:
   // converted to F32), the GPU's a device copy (bf16; fp32: F32).
@@ -99,5 +104,8 @@ std::unique_ptr<DecoderOps> make_cpu_decoder_ops();
 // CausalLM::load with the decoder on `ops` (CausalLM::load passes the CPU's).
 std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& dir, const ModelOptions& options,
                                          std::unique_ptr<DecoderOps> ops);
+// The same from a parsed config and its weights (a checkpoint without files: Checkpoint::generated).
+std::unique_ptr<CausalLM> load_causal_lm(ModelConfig config, Checkpoint checkpoint,
+                                         const ModelOptions& options, std::unique_ptr<DecoderOps> ops);
 
 }  // namespace moe::model

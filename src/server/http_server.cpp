@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "api_error.h"
+#include "client_socket.h"
 #include "metrics.h"
 #include "moe/core/check.h"
 #include "server/server.h"
@@ -60,7 +61,8 @@ struct Server::Impl {
 
   void routes();
   void completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  void respond_whole(httplib::Response& res, const ApiRequest& api, Scheduler::Ticket ticket);
+  void respond_whole(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
+                     Scheduler::Ticket ticket);
   void respond_stream(httplib::Response& res, const ApiRequest& api, Scheduler::Ticket ticket);
 
   engine::Engine& engine;
@@ -155,18 +157,27 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     if (api.stream)
       respond_stream(res, api, std::move(ticket));
     else
-      respond_whole(res, api, std::move(ticket));
+      respond_whole(req, res, api, std::move(ticket));
   } catch (const ApiError& e) {
     send_error(res, e.status, e.what(), e.param);
   }
 }
 
-void Server::Impl::respond_whole(httplib::Response& res, const ApiRequest& api, Scheduler::Ticket ticket) {
+void Server::Impl::respond_whole(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
+                                 Scheduler::Ticket ticket) {
+  const ClientSocket client(req.remote_addr, req.remote_port, req.local_port);
   std::string text;
   std::vector<engine::TokenLogprob> logprobs;
   int64_t completion_tokens = 0;
   while (true) {
-    for (Event& event : ticket.channel->wait(1s)) {
+    const std::vector<Event> events = ticket.channel->wait(100ms);
+    // A client that has gone frees its sequence now, not when the whole completion is written to no one.
+    // NOTE: 499, nginx's "client closed request", so that /metrics does not count the request as answered.
+    if (client.closed()) {
+      scheduler->cancel(ticket.key);
+      return send_error(res, 499, "the client closed the connection before the response");
+    }
+    for (const Event& event : events) {
       if (event.error_status) return send_error(res, event.error_status, event.error);
       text += event.text;
       completion_tokens += static_cast<int64_t>(event.tokens.size());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -63,6 +64,31 @@ TEST(BenchModelCli, BatchSizesOnTheCpuAreAClearError) {
   const RunResult r = run_bench(dir, std::string("--model ") + MOE_TEST_DATA + "/models/qwen3_moe --batch 4");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--batch is the GPU's"), std::string::npos) << r.err;
+}
+
+// --random-model: a bad name, a missing or malformed file, a config the decoder refuses, or the CPU backend
+// is one error line and exit 2, before any GPU work (so in a build without CUDA too).
+TEST(BenchModelCli, BadRandomModelsAreOneErrorLine) {
+  TempDir dir;
+  const std::filesystem::path bad_json = dir / "bad.json", bad_type = dir / "config.json";
+  std::ofstream(bad_json) << "{ not json";
+  std::ofstream(bad_type) << R"({"model_type": "gpt2", "hidden_size": 64})";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--random-model qwen9 --backend cuda",
+       "neither a named shape (qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite)"},
+      {"--random-model " + (dir / "none.json").string() + " --backend cuda", "nor a config.json file"},
+      {"--random-model " + bad_json.string() + " --backend cuda", "not a JSON object"},
+      {"--random-model " + bad_type.string() + " --backend cuda", "gpt2"},
+      {"--random-model qwen3-30b-a3b", "add --backend cuda"},
+      {"--random-model qwen3-30b-a3b --backend cuda --model " + (dir / "m").string(), "give one"},
+  };
+  for (const auto& [args, message] : cases) {
+    const RunResult r = run_bench(dir, args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
+    EXPECT_TRUE(r.err.starts_with("error: ")) << args << "\n" << r.err;
+  }
 }
 
 }  // namespace

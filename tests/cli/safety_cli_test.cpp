@@ -207,6 +207,59 @@ TEST(OutputSafety, ASuccessfulRunReplacesTheFileAndLeavesNoTemporary) {
   EXPECT_TRUE(json::accept(read_file(out / "s.json")));
 }
 
+TEST(OutputSafety, WriteModelRefusesADirectoryItCouldSpoil) {
+  TempDir scratch, parent;
+  const std::string model = (kModels / "qwen3_moe").string();
+  std::ofstream(parent / "file.txt") << "kept\n";
+  fs::create_directory(parent / "full");
+  std::ofstream(parent / "full" / "notes.txt") << "kept\n";
+  const auto write_model = [&](const fs::path& dir, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"bench", "--write-model", dir.string(), "--model-layers", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return moe(scratch.path(), args);
+  };
+  expect_user_error(write_model(parent / "full"), "exists and is not empty");
+  expect_user_error(write_model(parent / "file.txt"), "is a file");
+  expect_user_error(write_model(parent / "missing" / "m"), "does not exist: create it first");
+  expect_user_error(write_model(kModels / "qwen3_moe" / "new", {"--model", model}), "lies inside --model");
+  EXPECT_EQ(read_file(parent / "full" / "notes.txt"), "kept\n");
+  EXPECT_EQ(read_file(parent / "file.txt"), "kept\n");
+  EXPECT_EQ(listing(parent.path()), (std::vector<std::string>{"file.txt", "full"}));
+  EXPECT_FALSE(fs::exists(kModels / "qwen3_moe" / "new"));
+}
+
+// The least address space (KiB, to 8 MiB) in which `moe --version` starts: the shared libraries' mappings,
+// which differ between a CPU-only and a CUDA build (cuBLAS and NCCL map hundreds of MiB).
+long startup_address_space_kb() {
+  long low = 16 << 10, high = 16 << 20;
+  while (high - low > (8 << 10)) {
+    const long mid = (low + high) / 2;
+    const std::string command =
+        fmt::format("ulimit -v {} && exec {} --version >/dev/null 2>&1", mid, shell_quote(MOE_BINARY));
+    const int status = std::system(fmt::format("sh -c {}", shell_quote(command)).c_str());
+    (WIFEXITED(status) && WEXITSTATUS(status) == 0 ? high : low) = mid;
+  }
+  return high;
+}
+
+// A write that fails half-way (here: out of address space at its first tensor, a 125 MiB embedding, after
+// config.json is written) leaves neither the directory nor its temporary behind.
+TEST(OutputSafety, AFailedWriteModelLeavesNothing) {
+  TempDir scratch, parent;
+  // NOTE: 96 MiB over the start-up need: room for the thread pool and one malloc arena, not the embedding.
+  const long limit_kb = startup_address_space_kb() + (96 << 10);
+  const std::string command = fmt::format("ulimit -v {} && MALLOC_ARENA_MAX=1 exec {} --threads 1 bench "
+                                          "--write-model {} --model-layers 1 2>{}",
+                                          limit_kb, shell_quote(MOE_BINARY), shell_quote((parent / "m").string()),
+                                          shell_quote((scratch / "err.txt").string()));
+  const int status = std::system(fmt::format("sh -c {}", shell_quote(command)).c_str());
+  const std::string err = read_file(scratch / "err.txt");
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2) << err;
+  EXPECT_NE(err.find("out of host memory allocating"), std::string::npos) << err;
+  EXPECT_TRUE(listing(parent.path()).empty()) << listing(parent.path()).front();
+}
+
 // ---- limits the model has --------------------------------------------------------------------------
 
 // A copy of the qwen3_moe fixture (max_position_embeddings 512) with its config edited by `edit`.
@@ -334,19 +387,33 @@ TEST(Messages, InvalidUtf8IsPrintedEscaped) {
   EXPECT_EQ(r.err.find('\xff'), std::string::npos) << "raw byte on stderr";
 }
 
-TEST(Messages, UnderMpirunTheErrorIsPrintedOnce) {
+// The documented launch (`mpirun -q`, docs/cli.md): one error line, exit 2, and none of mpirun's banner.
+TEST(Messages, UnderMpirunTheErrorIsPrintedOnceWithoutABanner) {
   if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
   TempDir dir;
   const std::string command = fmt::format(
-      "mpirun --allow-run-as-root --oversubscribe -np 2 {} generate --model {} --prompt-ids 1,99999 --ep",
+      "mpirun -q --allow-run-as-root --oversubscribe -np 2 {} generate --model {} --prompt-ids 1,99999 --ep",
       MOE_BINARY, (kModels / "qwen3_moe").string());
   const int status = std::system(fmt::format("{} >{} 2>&1", command, (dir / "all.txt").string()).c_str());
   const std::string all = read_file(dir / "all.txt");
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 2) << all;
-  size_t count = 0;
-  for (size_t at = all.find("error: "); at != std::string::npos; at = all.find("error: ", at + 1)) ++count;
-  EXPECT_EQ(count, 1u) << all;
+  EXPECT_EQ(all, "error: prompt 0: token id 99999 is outside the vocabulary [0, 2048)\n");
+}
+
+// Every mpirun command line the README and docs/cli.md show passes -q (the banner is mpirun's to print).
+TEST(Messages, DocumentedMpirunCommandLinesAreQuiet) {
+  const std::filesystem::path root = std::filesystem::path(MOE_TEST_DATA).parent_path().parent_path();
+  int lines = 0;
+  for (const char* doc : {"README.md", "docs/cli.md"}) {
+    std::istringstream text(read_file(root / doc));
+    for (std::string line; std::getline(text, line);) {
+      if (!line.starts_with("mpirun ")) continue;
+      ++lines;
+      EXPECT_TRUE(line.starts_with("mpirun -q ")) << doc << ": " << line;
+    }
+  }
+  EXPECT_GE(lines, 3);
 }
 
 // ---- options that do nothing ---------------------------------------------------------------------------

@@ -7,10 +7,11 @@
 #include <filesystem>
 #include <numeric>
 
-#include "moe/core/checkpoint.h"
-#include "moe/core/safetensors.h"
 #include "ep/data_parallel.h"
 #include "ep/ep_layer.h"
+#include "ep/rebalance.h"
+#include "moe/core/checkpoint.h"
+#include "moe/core/safetensors.h"
 #include "random_moe_case.h"
 #include "test_random.h"
 
@@ -51,8 +52,8 @@ LayerOutput single_rank(const Block& b) {
 
 // Runs the EP layer (collective) and, on rank 0, compares with the single-rank layer.
 void expect_matches_single_rank(const Block& b, const Placement& placement, Transfer transfer = Transfer::f32,
-                                double tolerance = 1e-5) {
-  EpLayer layer = make_ep_layer(*g_comm, b.config, b.weights, placement, transfer);
+                                double tolerance = 1e-5, CombineMode combine = CombineMode::partial_sums) {
+  EpLayer layer = make_ep_layer(*g_comm, b.config, b.weights, placement, transfer, combine);
   const EpOutput ep = forward_data_parallel(layer, b.c.x);
   ASSERT_EQ(static_cast<int>(ep.ranks.size()), g_comm->size());
   int64_t tokens = 0, pairs = 0;
@@ -84,6 +85,8 @@ TEST_P(EpAllFamilies, EqualsSingleRank) {
   test::TestRng rng(shared_seed());
   const Block b = make_block(GetParam(), rng);
   expect_matches_single_rank(b, default_placement(b, g_comm->size()));
+  expect_matches_single_rank(b, default_placement(b, g_comm->size()), Transfer::f32, 0.0,
+                             CombineMode::per_pair);
   const int E = b.config.router.n_experts;
   if (E % g_comm->size() == 0) expect_matches_single_rank(b, round_robin_placement(E, g_comm->size()));
 }
@@ -99,6 +102,21 @@ TEST(Ep, UnevenPlacementWithReplicas) {
   std::vector<std::vector<int32_t>> ranks = {{0, 1, 2, 3, 4}};
   for (int r = 1; r < R; ++r) ranks.push_back({r - 1, 4});
   expect_matches_single_rank(b, make_placement(5, R, ranks));
+}
+
+// A rebalanced placement with redundant slots (replicas of the hot experts on several ranks) and the
+// per-pair combine: bit-identical to the single-rank layer, whichever replica serves a pair.
+TEST(Ep, RebalancedReplicasPerPairCombineBitIdentical) {
+  test::TestRng rng(shared_seed());
+  const Block b = make_block("deepseek_v3", rng, {.tokens = 41, .experts = 8, .top_k = 3});
+  const int R = g_comm->size();
+  std::vector<int64_t> load(8, 1);
+  load[2] = 40, load[5] = 20;
+  const Placement current = load_aware_placement(std::vector<int64_t>(8, 1), R, (8 + R - 1) / R);
+  const RebalanceDecision d =
+      rebalance_layer(load, current, {.n_ranks = R, .redundant_slots = R > 1 ? 3 : 0, .min_gain = 0});
+  if (R > 1) EXPECT_GT(d.placement.n_replicas(2), 1);
+  expect_matches_single_rank(b, d.placement, Transfer::f32, 0.0, CombineMode::per_pair);
 }
 
 TEST(Ep, AllPairsToOneRank) {

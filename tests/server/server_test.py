@@ -275,6 +275,36 @@ def test_disconnect_frees_blocks(s):
     assert after["moe:generation_tokens_total"] - before["moe:generation_tokens_total"] < 480
 
 
+def test_disconnect_frees_blocks_not_streamed(s):
+    """A client that gives up on a whole (non-streamed) response frees its sequence too."""
+    before = s.metrics()
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    body = json.dumps({"model": NAME, "prompt": "Once upon a time there was", "max_tokens": 480,
+                       "temperature": 0}).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    for _ in range(400):
+        during = s.metrics()
+        if during["moe:num_requests_running"] == 1 and during["moe:kv_cache_used_blocks"] > 0:
+            break
+        time.sleep(0.005)
+    assert during["moe:kv_cache_used_blocks"] > 0 and during["moe:num_requests_running"] == 1, during
+    sock.close()
+    for _ in range(100):
+        after = s.metrics()
+        if after["moe:kv_cache_used_blocks"] == 0:
+            break
+        time.sleep(0.05)
+    assert after["moe:kv_cache_used_blocks"] == 0 and after["moe:num_requests_running"] == 0, after
+    key = 'moe:request_success_total{finished_reason="abort"}'
+    assert after[key] == before[key] + 1, (before[key], after[key])
+    assert after["moe:generation_tokens_total"] - before["moe:generation_tokens_total"] < 480
+    status = 'moe:requests_total{status="499"}'
+    assert after.get(status, 0) == before.get(status, 0) + 1, after
+    # The server goes on serving.
+    assert s.client().completions.create(model=NAME, prompt="Hi", max_tokens=2).choices[0].text is not None
+
+
 def expect_error(s, body, status, phrase, path="/v1/completions", raw=None):
     got, text = s.request("POST", path, raw if raw is not None else body, {"Content-Type": "application/json"})
     assert got == status, (body, got, text)
@@ -424,7 +454,8 @@ def main():
     shared = Server()
     tests = [test_models_and_health, test_greedy_equals_moe_generate, test_streaming_equals_whole, test_chat, test_stop,
              test_max_tokens, test_seed, test_logprobs, test_concurrent_clients_equal_alone,
-             test_disconnect_frees_blocks, test_bad_requests, test_slow_client, test_bad_command_lines]
+             test_disconnect_frees_blocks, test_disconnect_frees_blocks_not_streamed,
+             test_bad_requests, test_slow_client, test_bad_command_lines]
     failures = []
     passed = 0
     try:

@@ -22,9 +22,25 @@ enum class ModelBackend : uint8_t { cpu, cuda };
 // Seconds spent in each part of the forward passes, summed over calls (ModelOptions::times; what
 // `moe bench --model` reports). attention_other: q/k norms, RoPE, cache writes, MLA's per-head absorbed
 // products; norms: the decoder's RMSNorms and residual adds.
+// sampling: choosing the next tokens (forward_sample). `fence`, when set, runs before every clock read, so
+// that a device's parts are timed to their completion (a profiling pass sets it to a device
+// synchronisation; a timed pass leaves it empty).
 struct ForwardTimes {
   double embedding = 0, norms = 0, attention_projections = 0, attention_core = 0, attention_other = 0;
-  double moe = 0, dense_mlp = 0, lm_head = 0, total = 0;
+  double moe = 0, dense_mlp = 0, lm_head = 0, sampling = 0, total = 0;
+  std::function<void()> fence;
+};
+
+// How forward_sample picks a sequence's next token from its logits row: greedy (temperature 0: the largest
+// logit, ties to the lower id), or a draw with temperature, then top-k (every token whose logit is at least
+// the k-th largest, so ties at the boundary all stay), then top-p (the most likely tokens whose weight
+// reaches top_p of the kept mass, ties at the boundary all staying), at `uniform` in [0, 1) of the kept
+// tokens' cumulative weight in id order. The caller draws `uniform` from the sequence's own seeded generator.
+struct TokenChoice {
+  double temperature = 0.0;
+  int top_k = 0;       // 0: all
+  double top_p = 1.0;  // 1: all
+  double uniform = 0.0;
 };
 
 struct ModelOptions {
@@ -119,6 +135,12 @@ class CausalLM {
   // for every (token, MoE layer).
   virtual Tensor forward(std::span<const std::vector<int32_t>> new_tokens, KvCache& cache, bool last_only,
                          const RoutingObserver& observer = {}) = 0;
+  // forward with last_only, then the next token of each sequence that got tokens (in order), chosen by
+  // choices[i] (one per such sequence) where the logits are: for the decoder on a GPU only the ids come back.
+  // The default chooses on the host from forward's logits.
+  virtual std::vector<int32_t> forward_sample(std::span<const std::vector<int32_t>> new_tokens,
+                                              KvCache& cache, std::span<const TokenChoice> choices,
+                                              const RoutingObserver& observer = {});
 };
 
 }  // namespace moe::model
