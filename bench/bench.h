@@ -48,7 +48,8 @@ struct BenchRow {
   double matmul_tflops = 0, copy_tbps = 0;  // the ceilings measured in this run
   std::string peer;                 // a peer measured side by side, if any
   double peer_us = 0;
-  std::string weights = "bf16";     // expert weight format: bf16, or int8 (CPU; int8 floors count int8 bytes)
+  std::string weights = "bf16";     // expert weight format: bf16, int8 (CPU) or fp8 (CUDA); int8 and fp8 floors
+                                    // count one byte a weight
   std::string path;                 // `--backend cuda`: what the layer ran (MoeLayer::describe_path)
   struct CpuDetails {               // `--backend cpu` only: written as extra JSON fields
     std::string isa;
@@ -66,7 +67,7 @@ struct BenchRow {
 };
 
 // The floor in µs: max(flops / peak, bytes / bandwidth) with flops = 2·T·k·3·H·I and bytes = experts_touched ·
-// 3·H·I · (2 for bf16, 1 for int8).
+// 3·H·I · (2 for bf16, 1 for int8 and fp8).
 double floor_us(const BenchShape& shape, int64_t tokens, double experts_touched, const std::string& weights,
                 double peak_flops, double read_bytes_per_s);
 
@@ -96,8 +97,10 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& shape, const std::vector<i
 // and cuBLAS bf16 GEMM TFLOP/s.
 double device_copy_tbps();
 double device_matmul_tflops();
+// expert_weights "bf16", or "fp8": then each token count has a second row, the same weights as fp8 experts
+// (config.quant fp8_block), with the bf16 row's time as its peer.
 std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
-                                     BenchRouting routing, int repeats);
+                                     BenchRouting routing, int repeats, const std::string& expert_weights = "bf16");
 
 // `moe bench --dispatch` (bench_dispatch.cpp): expert-parallel dispatch and combine over the ranks of
 // mpirun, uniform random routing, contiguous placement (E must divide by R), no expert compute.

@@ -74,7 +74,7 @@ double layer_flops(const BenchShape& s, int64_t tokens) {
   return 2.0 * tokens * s.top_k * 3.0 * s.hidden * s.intermediate;
 }
 double weight_bytes(const BenchShape& s, double experts_touched, const std::string& weights) {
-  return experts_touched * 3.0 * s.hidden * s.intermediate * (weights == "int8" ? 1.0 : 2.0);
+  return experts_touched * 3.0 * s.hidden * s.intermediate * (weights == "int8" || weights == "fp8" ? 1.0 : 2.0);
 }
 }  // namespace
 
@@ -141,13 +141,18 @@ void print_rows(const std::vector<BenchRow>& rows) {
              "us_median", "TFLOP/s", "TB/s", "floor us", "xfloor");
   for (const BenchRow& r : rows)
     fmt::print("{:<15} {:>6} {:>8} {:>7} {:>10.1f} {:>8.3f} {:>8.3f} {:>9.1f} {:>7.2f}\n", r.shape.name, r.tokens,
-               r.routing, r.backend, r.us_median, r.tflops, r.weight_tbps, r.floor_us, r.ratio_to_floor);
+               r.routing, !r.cpu && r.weights != "bf16" ? r.backend + "/" + r.weights : r.backend, r.us_median,
+               r.tflops, r.weight_tbps, r.floor_us, r.ratio_to_floor);
   if (rows.empty()) return;
   if (!rows[0].cpu) {
     fmt::print("ceilings measured in this run: matmul {:.0f} TFLOP/s, copy {:.2f} TB/s\n", rows[0].matmul_tflops,
                rows[0].copy_tbps);
-    for (const BenchRow& r : rows)
-      if (!r.path.empty()) fmt::print("  T={}: {}\n", r.tokens, r.path);
+    for (const BenchRow& r : rows) {
+      if (r.path.empty()) continue;
+      const std::string vs =
+          r.peer.empty() ? "" : fmt::format(" ({:.2f}x the time of {})", r.us_median / r.peer_us, r.peer);
+      fmt::print("  T={} {}: {}{}\n", r.tokens, r.weights, r.path, vs);
+    }
     return;
   }
   // NOTE: the CPU's ceilings are small numbers: GB/s and GFLOP/s, per row (each keeps the stricter floor).

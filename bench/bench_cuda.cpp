@@ -1,11 +1,14 @@
 // `moe bench --backend cuda`: the CUDA layer replayed from CUDA graphs over rotating inputs, timed with
-// CUDA events; the bf16 matmul rate (cuBLAS) and the device copy bandwidth measured in the same run.
+// CUDA events; the bf16 matmul rate (cuBLAS) and the device copy bandwidth measured in the same run. With fp8
+// experts, a second layer of the same weights (config.quant fp8_block) is timed beside the bf16 one.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 
 #include "bench/bench.h"
 #include "core/float_convert.h"
@@ -80,7 +83,9 @@ double measure_copy_tbps(cudaStream_t stream) {
 }  // namespace
 
 std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
-                                     BenchRouting routing, int repeats) {
+                                     BenchRouting routing, int repeats, const std::string& expert_weights) {
+  MOE_CHECK(expert_weights == "bf16" || expert_weights == "fp8", "--cuda-weights '{}': expected bf16 or fp8",
+            expert_weights);
   MOE_CHECK(cuda_device_available(), "moe bench --backend cuda: no GPU is visible (use --backend cpu)");
   cudaStream_t stream;
   MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -92,6 +97,12 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
   const int64_t T_max = *std::max_element(tokens.begin(), tokens.end());
   const int64_t H = config.hidden_size, k = config.router.top_k;
   MoeLayer layer(config, make_cuda_stages(config, weights, {.max_tokens = T_max}));
+  std::unique_ptr<MoeLayer> fp8_layer;
+  if (expert_weights == "fp8") {
+    MoeConfig fp8_config = config;
+    fp8_config.quant.method = quant::QuantMethod::fp8_block;
+    fp8_layer = std::make_unique<MoeLayer>(fp8_config, make_cuda_stages(fp8_config, weights, {.max_tokens = T_max}));
+  }
 
   std::vector<std::unique_ptr<cuda::DeviceBuffer<uint16_t>>> inputs;
   for (int i = 0; i < kInputs; ++i) {
@@ -107,8 +118,8 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
     return Tensor::view(p, dtype, std::move(shape), nullptr, Device::cuda);
   };
 
-  std::vector<BenchRow> rows;
-  for (int64_t T : tokens) {
+  // One row: `timed` at T tokens, its graphs replayed `repeats` times.
+  const auto time_layer = [&](MoeLayer& timed, int64_t T, const std::string& weights_name) {
     std::vector<cuda::CapturedGraph> graphs;
     double touched = 0;
     for (int i = 0; i < kInputs; ++i) {
@@ -116,9 +127,9 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
       const TopK topk{.ids = on_device(topk_ids.get(), DType::I32, {T, k}),
                       .weights = on_device(topk_weights.get(), DType::F32, {T, k})};
       Tensor y = on_device(out.get(), DType::F32, {T, H});  // [T, H]
-      auto forward = [&, x, topk, y]() mutable { layer.forward(x, topk, y, Stream::cuda(stream)); };
+      auto forward = [&, x, topk, y]() mutable { timed.forward(x, topk, y, Stream::cuda(stream)); };
       forward();  // outside the capture: lazy kernel attributes, cuBLAS heuristics
-      const LoadCounts counts = layer.read_counts(Stream::cuda(stream));
+      const LoadCounts counts = timed.read_counts(Stream::cuda(stream));
       touched += std::count_if(counts.tokens_per_expert.begin(), counts.tokens_per_expert.end(),
                                [](int64_t c) { return c > 0; });
       graphs.emplace_back(stream, forward, cudaStreamCaptureModeThreadLocal);
@@ -136,9 +147,21 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
     row.experts_touched = touched / kInputs;
     row.matmul_tflops = matmul;
     row.copy_tbps = copy;
-    row.path = layer.describe_path(T);
+    row.path = timed.describe_path(T);
+    row.weights = weights_name;
     finish_row(row);
-    rows.push_back(row);
+    return row;
+  };
+
+  std::vector<BenchRow> rows;
+  for (int64_t T : tokens) {
+    rows.push_back(time_layer(layer, T, "bf16"));
+    if (fp8_layer) {
+      BenchRow row = time_layer(*fp8_layer, T, "fp8");
+      row.peer = "the bf16 layer";
+      row.peer_us = rows.back().us_median;
+      rows.push_back(row);
+    }
   }
   cudaStreamDestroy(stream);
   return rows;

@@ -22,6 +22,8 @@ struct BenchArgs {
   int repeats = 20;
   CpuBenchOptions cpu;                       // --cpu-weights, --layers, --max-gib, --min-seconds
   std::vector<const CLI::Option*> cpu_only;  // refused with --backend cuda
+  std::string cuda_weights = "bf16";         // --cuda-weights: bf16, or fp8 timed beside bf16
+  const CLI::Option* cuda_weights_option = nullptr;  // refused with --backend cpu
   bool dispatch = false, tokens_given = false;  // --dispatch: the expert-parallel exchange (bench_dispatch.cpp)
   std::string wire = "bf16,fp8";
   int64_t hidden = 7168;
@@ -118,11 +120,12 @@ void run_bench(const BenchArgs& a) {
     for (const CLI::Option* option : a.cpu_only)
       MOE_CHECK(option->count() == 0, "{} is a CPU option: drop it with --backend cuda", option->get_name());
 #if MOE_WITH_CUDA
-    rows = run_cuda_bench(shape, tokens, routing, a.repeats);
+    rows = run_cuda_bench(shape, tokens, routing, a.repeats, a.cuda_weights);
 #else
     MOE_FAIL("this build has no CUDA backend (no nvcc at configure time): use --backend cpu");
 #endif
   } else {
+    MOE_CHECK(a.cuda_weights_option->count() == 0, "--cuda-weights is a CUDA option: drop it with --backend cpu");
     CpuBenchOptions cpu = a.cpu;
     cpu.routing = routing;
     cpu.repeats = a.repeats;
@@ -154,6 +157,12 @@ Run add_bench_command(CLI::App& app) {
   cmd->add_option("--repeats", args->repeats, "timed runs per token count (median reported)")
       ->check(CLI::Range(3, 100000))
       ->capture_default_str();
+  args->cuda_weights_option =
+      cmd->add_option("--cuda-weights", args->cuda_weights,
+                      "CUDA: expert weights bf16, or fp8 (timed beside the bf16 layer in the same run; fp8 floors: "
+                      "fp8 bytes)")
+          ->check(CLI::IsMember({"bf16", "fp8"}))
+          ->capture_default_str();
   args->cpu_only = {
       cmd->add_option("--cpu-weights", args->cpu.weights, "CPU: expert weights bf16 or int8 (int8 floors: int8 bytes)")
           ->check(CLI::IsMember({"bf16", "int8"}))

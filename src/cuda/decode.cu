@@ -12,8 +12,12 @@
 // Decode is bound by the weight stream, so the work of phases 1 and 2 is split over all SMs along weight
 // rows (16-byte loads that skip L1, 16 per thread in flight in phase 1), and between its arrival at the
 // second barrier and its wait each block prefetches the first down rows it will read into L2, so the memory
-// system stays busy across it.
+// system stays busy across it. FP8 experts (the FP8 template) stream e4m3 rows, half the bytes, in the same
+// 16-byte chunks (16 values instead of 8), dequantised in registers: each chunk lies in one 128-wide block,
+// so its dot product with the bf16 activations is taken first and multiplied by the block's scale once.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <string>
@@ -49,6 +53,9 @@ struct DecodeParams {
   int I;
   const bf16 *shared_w13, *shared_w2;
   int S;  // 0: no shared expert
+  // FP8 (DecodeWeights): e4m3 experts and their 128x128 block scales, read instead of the bf16 ones.
+  const uint8_t *w13_fp8, *w2_fp8, *shared_w13_fp8, *shared_w2_fp8;
+  const float *w13_scale, *w2_scale, *shared_w13_scale, *shared_w2_scale;
   bool shared_gated;
   int up_segs, down_segs;  // H split into up_segs segments (phase 1); max(I, S) into down_segs (phase 2)
   int prefetch_bytes;      // per block, at the second barrier
@@ -73,7 +80,7 @@ __device__ __forceinline__ void stamp(const DecodeParams& p, int point) {
 }
 
 // Streamed weights: read once, so they skip L1 (the activations and x live there and in shared memory).
-__device__ __forceinline__ uint4 load_stream(const bf16* p) {
+__device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 v;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -152,13 +159,54 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   }
 }
 
+// sum_i w[i] * x[i] over 16 e4m3 weights and 16 bf16 values (x_lo: the first 8, x_hi: the last 8); the
+// e4m3 -> half conversion is exact (every e4m3 value is a half).
+__device__ __forceinline__ float dot16_fp8(const uint4& w, const uint4& x_lo, const uint4& x_hi) {
+  const auto* wv = reinterpret_cast<const __nv_fp8x2_storage_t*>(&w);
+  const auto* lo = reinterpret_cast<const __nv_bfloat162*>(&x_lo);
+  const auto* hi = reinterpret_cast<const __nv_bfloat162*>(&x_hi);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float2 x = __bfloat1622float2(i < 4 ? lo[i] : hi[i - 4]);
+    const float2 wf = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(wv[i], __NV_E4M3)));
+    sum = fmaf(wf.x, x.x, sum);
+    sum = fmaf(wf.y, x.y, sum);
+  }
+  return sum;
+}
+
+// Adds sum_i g[i] * x[i] to gp and sum_i u[i] * x[i] to up over 16 e4m3 weights of two rows and 16 bf16
+// values (x_lo: the first 8, x_hi: the last 8), a pair of values at a time (few registers live: the
+// decode kernel's loads in flight need them).
+__device__ __forceinline__ void dot16_fp8_pair(const uint4& g, const uint4& u, const uint4& x_lo, const uint4& x_hi,
+                                               float& gp, float& up) {
+  const auto* gv = reinterpret_cast<const __nv_fp8x2_storage_t*>(&g);
+  const auto* uv = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
+  const auto* lo = reinterpret_cast<const __nv_bfloat162*>(&x_lo);
+  const auto* hi = reinterpret_cast<const __nv_bfloat162*>(&x_hi);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float2 x = __bfloat1622float2(i < 4 ? lo[i] : hi[i - 4]);
+    const float2 gf = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(gv[i], __NV_E4M3)));
+    const float2 uf = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(uv[i], __NV_E4M3)));
+    gp = fmaf(gf.x, x.x, gp);
+    gp = fmaf(gf.y, x.y, gp);
+    up = fmaf(uf.x, x.x, up);
+    up = fmaf(uf.y, x.y, up);
+  }
+}
+
 // The block's share [begin, end) of n items split evenly over the grid.
 __device__ __forceinline__ int2 block_range(int64_t n) {
   return {static_cast<int>(n * blockIdx.x / gridDim.x), static_cast<int>(n * (blockIdx.x + 1) / gridDim.x)};
 }
 
-template <int MAXT>
+template <int MAXT, bool FP8>
 static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const DecodeParams p) {
+  constexpr int VALS = FP8 ? 16 : 8;        // weight values per 16-byte chunk
+  constexpr int64_t WBYTES = FP8 ? 1 : 2;  // bytes per weight value
+  constexpr int kScaleBlock = 128;         // FP8: values per block side (fp8_block.cu)
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
   // Dynamic: x [T, H] bf16, then one region used first as the router's scratch (per token: logits
   // [gate_rows], choice [E], score [E]) and then as the partial sums of phases 1 and 2.
@@ -322,7 +370,11 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
   {
     const int64_t routed_rows = int64_t{D} * p.I, total_rows = routed_rows + p.S;
     const int2 range = block_range(total_rows);
-    const int row_chunks = H / 8, seg_chunks = (row_chunks + p.up_segs - 1) / p.up_segs;
+    const int row_chunks = H / VALS, seg_chunks = (row_chunks + p.up_segs - 1) / p.up_segs;
+    const int h_blocks = (H + kScaleBlock - 1) / kScaleBlock;
+    const auto* w13 = static_cast<const unsigned char*>(FP8 ? static_cast<const void*>(p.w13_fp8) : p.w13);
+    const auto* shared_w13 =
+        static_cast<const unsigned char*>(FP8 ? static_cast<const void*>(p.shared_w13_fp8) : p.shared_w13);
     const int chunk_rows = kPartialFloats / (p.up_segs * 2 * MAXT);
     for (int c0 = range.x; c0 < range.y; c0 += chunk_rows) {
       const int c1 = min(range.y, c0 + chunk_rows), tasks = (c1 - c0) * p.up_segs;
@@ -331,17 +383,26 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
         const bool routed = row < routed_rows;
         const int entry = routed ? row / p.I : D, i = routed ? row % p.I : row - static_cast<int>(routed_rows);
         const int n = routed ? p.I : p.S;
-        const bf16* base = routed ? p.w13 + int64_t{entry_expert[entry]} * 2 * p.I * H : p.shared_w13;
-        const bf16* gate_row = base + int64_t{i} * H;
-        const bf16* up_row = base + int64_t{n + i} * H;
+        const int64_t expert = routed ? entry_expert[entry] : 0;
+        const unsigned char* base = routed ? w13 + expert * 2 * p.I * H * WBYTES : shared_w13;
+        const unsigned char* gate_row = base + int64_t{i} * H * WBYTES;
+        const unsigned char* up_row = base + int64_t{n + i} * H * WBYTES;
         const unsigned mask = entry_mask[entry];
         const int first = seg * seg_chunks, last = min(row_chunks, first + seg_chunks);
         uint4 g[8], u[8];
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
           const int c = first + r * 32 + lane;
-          g[r] = c < last ? load_stream(gate_row + c * 8) : make_uint4(0, 0, 0, 0);
-          u[r] = c < last ? load_stream(up_row + c * 8) : make_uint4(0, 0, 0, 0);
+          g[r] = c < last ? load_stream(gate_row + c * 16) : make_uint4(0, 0, 0, 0);
+          u[r] = c < last ? load_stream(up_row + c * 16) : make_uint4(0, 0, 0, 0);
+        }
+        // FP8: the gate and up rows' block scales (read once the weights are in flight)
+        const float *g_scales = nullptr, *u_scales = nullptr;
+        if constexpr (FP8) {
+          const int n_blocks = (n + kScaleBlock - 1) / kScaleBlock;
+          const float* scales = routed ? p.w13_scale + expert * 2 * n_blocks * h_blocks : p.shared_w13_scale;
+          g_scales = scales + (i / kScaleBlock) * h_blocks;
+          u_scales = scales + (n_blocks + i / kScaleBlock) * h_blocks;
         }
         // Each weight chunk is converted once and used for every token of the expert.
         float gs[MAXT], us[MAXT];
@@ -351,18 +412,32 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
         for (int r = 0; r < 8; ++r) {
           const int c = first + r * 32 + lane;
           if (c >= last) continue;
-          float gf[8], uf[8];
-          unpack8(g[r], gf);
-          unpack8(u[r], uf);
+          if constexpr (FP8) {
+            const int block = c * VALS / kScaleBlock;
+            const float g_scale = __ldg(g_scales + block), u_scale = __ldg(u_scales + block);
 #pragma unroll
-          for (int t = 0; t < MAXT; ++t) {
-            if (t >= T || !((mask >> t) & 1u)) continue;
-            float xf[8];
-            unpack8(*reinterpret_cast<const uint4*>(xs + t * H + c * 8), xf);
+            for (int t = 0; t < MAXT; ++t) {
+              if (t >= T || !((mask >> t) & 1u)) continue;
+              const uint4* x = reinterpret_cast<const uint4*>(xs + t * H + c * 16);
+              float gp = 0.0f, up = 0.0f;
+              dot16_fp8_pair(g[r], u[r], x[0], x[1], gp, up);
+              gs[t] = fmaf(g_scale, gp, gs[t]);
+              us[t] = fmaf(u_scale, up, us[t]);
+            }
+          } else {
+            float gf[8], uf[8];
+            unpack8(g[r], gf);
+            unpack8(u[r], uf);
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              gs[t] = fmaf(gf[e], xf[e], gs[t]);
-              us[t] = fmaf(uf[e], xf[e], us[t]);
+            for (int t = 0; t < MAXT; ++t) {
+              if (t >= T || !((mask >> t) & 1u)) continue;
+              float xf[8];
+              unpack8(*reinterpret_cast<const uint4*>(xs + t * H + c * 8), xf);
+#pragma unroll
+              for (int e = 0; e < 8; ++e) {
+                gs[t] = fmaf(gf[e], xf[e], gs[t]);
+                us[t] = fmaf(uf[e], xf[e], us[t]);
+              }
             }
           }
         }
@@ -401,16 +476,20 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
   // from the last arrival to the departure on Qwen3 T=1, now 1.7-2.0 (H200, 2026-11-30).
   const unsigned arrived = grid_barrier_arrive(p.barrier);
   const int2 columns = block_range(H);
+  const auto* w2 = static_cast<const unsigned char*>(FP8 ? static_cast<const void*>(p.w2_fp8) : p.w2);
+  const auto* shared_w2 =
+      static_cast<const unsigned char*>(FP8 ? static_cast<const void*>(p.shared_w2_fp8) : p.shared_w2);
   {
     const int per_column = T * n_slots;
     const int items = (columns.y - columns.x) * per_column;
-    const int budget = p.prefetch_bytes / (2 * max(p.I, 1));
+    const int budget = p.prefetch_bytes / (WBYTES * max(p.I, 1));
     for (int idx = tid; idx < min(items, budget); idx += kThreads) {
       const int h = columns.x + idx / per_column, slot = idx % per_column, entry = slot_entry[slot];
       const bool routed = entry < D;
       const int n = routed ? p.I : p.S;
-      const bf16* row = (routed ? p.w2 + int64_t{entry_expert[entry]} * H * p.I : p.shared_w2) + int64_t{h} * n;
-      prefetch_l2(row, n * 2);
+      const unsigned char* row =
+          (routed ? w2 + int64_t{entry_expert[entry]} * H * p.I * WBYTES : shared_w2) + int64_t{h} * n * WBYTES;
+      prefetch_l2(row, n * WBYTES);
     }
   }
   grid_barrier_wait(p.barrier, arrived);
@@ -432,11 +511,13 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
         const int t = slot / n_slots, entry = slot_entry[slot];
         const bool routed = entry < D;
         const int n = routed ? p.I : p.S;
-        const bf16* rows = (routed ? p.w2 + int64_t{entry_expert[entry]} * H * p.I : p.shared_w2) +
-                           int64_t{h0 + group * kDownRows} * n;
+        const int64_t expert = routed ? entry_expert[entry] : 0;
+        const int h_first = h0 + group * kDownRows;
+        const unsigned char* rows =
+            (routed ? w2 + expert * H * p.I * WBYTES : shared_w2) + int64_t{h_first} * n * WBYTES;
         const bf16* act = p.act + t * p.act_stride + (routed ? int64_t{entry} * p.I : int64_t{D} * p.I);
-        const int first = seg * kDownSegChunks, last = min(n / 8, first + kDownSegChunks);
-        const int valid_rows = min(kDownRows, h1 - (h0 + group * kDownRows));
+        const int first = seg * kDownSegChunks, last = min(n / VALS, first + kDownSegChunks);
+        const int valid_rows = min(kDownRows, h1 - h_first);
         uint4 w[kDownRows][4], a[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -444,14 +525,36 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
           const bool ok = c < last;
 #pragma unroll
           for (int rr = 0; rr < kDownRows; ++rr)
-            w[rr][r] = ok && rr < valid_rows ? load_stream(rows + int64_t{rr} * n + c * 8) : make_uint4(0, 0, 0, 0);
-          a[r] = ok ? *reinterpret_cast<const uint4*>(act + c * 8) : make_uint4(0, 0, 0, 0);
+            w[rr][r] = ok && rr < valid_rows ? load_stream(rows + int64_t{rr} * n * WBYTES + c * 16)
+                                             : make_uint4(0, 0, 0, 0);
+          a[r] = ok ? *reinterpret_cast<const uint4*>(act + c * VALS) : make_uint4(0, 0, 0, 0);
+        }
+        // FP8: the second 8 activations of each chunk and the rows' block scales, read once the weights are
+        // in flight (registers for both up front spilled)
+        const float* scales = nullptr;
+        int n_blocks = 0;
+        if constexpr (FP8) {
+          const int h_blocks = (H + kScaleBlock - 1) / kScaleBlock;
+          n_blocks = (n + kScaleBlock - 1) / kScaleBlock;
+          scales = routed ? p.w2_scale + expert * h_blocks * n_blocks : p.shared_w2_scale;
         }
 #pragma unroll
         for (int rr = 0; rr < kDownRows; ++rr) {
           float sum = 0.0f;
 #pragma unroll
-          for (int r = 0; r < 4; ++r) sum += dot8(w[rr][r], a[r]);  // zeros past the row
+          for (int r = 0; r < 4; ++r) {  // zeros past the row
+            if constexpr (FP8) {
+              const int c = first + r * 32 + lane;
+              if (c < last && rr < valid_rows) {
+                const uint4 a_hi = *reinterpret_cast<const uint4*>(act + c * VALS + 8);
+                const float scale =
+                    __ldg(scales + (h_first + rr) / kScaleBlock * n_blocks + c * VALS / kScaleBlock);
+                sum += scale * dot16_fp8(w[rr][r], a[r], a_hi);
+              }
+            } else {
+              sum += dot8(w[rr][r], a[r]);
+            }
+          }
           sum = warp_sum(sum);
           if (lane == 0 && rr < valid_rows) scratch[(group * kDownRows + rr) * per_column + rest] = sum;
         }
@@ -502,11 +605,11 @@ int router_parts(int64_t gate_rows) {
   return static_cast<int>(std::clamp<int64_t>(device_limits().sms / gate_rows, 1, 32));
 }
 
-template <int MAXT>
+template <int MAXT, bool FP8>
 void launch(const DecodeParams& p, cudaStream_t stream) {
   const size_t smem = dynamic_smem_bytes<MAXT>(p);
   // NOTE: the limit is the most a block may take, whatever this launch's size.
-  raise_shared_memory_once<decode_layer_kernel<MAXT>>(device_limits().smem_optin - (24 << 10));
+  raise_shared_memory_once<decode_layer_kernel<MAXT, FP8>>(device_limits().smem_optin - (24 << 10));
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeCooperative;  // the grid barriers need every block resident
   attribute.val.cooperative = 1;
@@ -517,7 +620,7 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layer_kernel<MAXT>, p));
+  MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layer_kernel<MAXT, FP8>, p));
 }
 
 unsigned long long* g_trace = nullptr;  // decode_trace: the stamps of traced launches
@@ -564,6 +667,13 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
                        w.intermediate % 8 == 0 && w.shared_intermediate % 8 == 0,
                    "the fused decode path needs E <= 1024, k <= 32, n_group <= 32 and sizes that are multiples "
                    "of 8");
+  const bool fp8 = w.w13_fp8 != nullptr;
+  MOE_CUDA_REQUIRE(!fp8 || (w.w13_scale && w.w2_fp8 && w.w2_scale && hidden % 16 == 0 && w.intermediate % 16 == 0 &&
+                            (w.shared_intermediate == 0 || (w.shared_w13_fp8 && w.shared_w13_scale &&
+                                                            w.shared_w2_fp8 && w.shared_w2_scale &&
+                                                            w.shared_intermediate % 16 == 0))),
+                   "the fused decode path's fp8 experts need every fp8 weight and scale (the shared expert's too) "
+                   "and sizes that are multiples of 16");
   if (n_tokens == 0) return;
   DecodeParams p{};
   p.router = {.method = c.method, .n_experts = c.n_experts, .top_k = c.top_k, .n_group = c.n_group,
@@ -583,9 +693,18 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
   p.shared_w2 = w.shared_w2;
   p.S = static_cast<int>(w.shared_intermediate);
   p.shared_gated = w.shared_gated;
-  p.up_segs = static_cast<int>((hidden / 8 + kUpSegChunks - 1) / kUpSegChunks);
-  p.down_segs = static_cast<int>((std::max(w.intermediate, w.shared_intermediate) / 8 + kDownSegChunks - 1) /
-                                 kDownSegChunks);
+  p.w13_fp8 = w.w13_fp8;
+  p.w2_fp8 = w.w2_fp8;
+  p.shared_w13_fp8 = w.shared_w13_fp8;
+  p.shared_w2_fp8 = w.shared_w2_fp8;
+  p.w13_scale = w.w13_scale;
+  p.w2_scale = w.w2_scale;
+  p.shared_w13_scale = w.shared_w13_scale;
+  p.shared_w2_scale = w.shared_w2_scale;
+  const int64_t chunk_values = fp8 ? 16 : 8;  // weight values per 16-byte chunk
+  p.up_segs = static_cast<int>((hidden / chunk_values + kUpSegChunks - 1) / kUpSegChunks);
+  p.down_segs = static_cast<int>(
+      (std::max(w.intermediate, w.shared_intermediate) / chunk_values + kDownSegChunks - 1) / kDownSegChunks);
   MOE_CUDA_REQUIRE(int64_t{kDownRows} * n_tokens * (c.top_k + 1) * p.down_segs <= kPartialFloats,
                    "the fused decode path's down phase cannot reduce " + std::to_string(n_tokens) +
                        " tokens of k = " + std::to_string(c.top_k) + " in shared memory: lower MOE_DECODE_MAX_TOKENS");
@@ -600,10 +719,14 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
   p.topk_ids = topk_ids;
   p.topk_weights = topk_weights;
   p.trace = g_trace;
-  if (n_tokens == 1) launch<1>(p, stream);
-  else if (n_tokens == 2) launch<2>(p, stream);
-  else if (n_tokens <= 4) launch<4>(p, stream);
-  else launch<8>(p, stream);
+  const auto run = [&]<bool FP8>() {
+    if (n_tokens == 1) launch<1, FP8>(p, stream);
+    else if (n_tokens == 2) launch<2, FP8>(p, stream);
+    else if (n_tokens <= 4) launch<4, FP8>(p, stream);
+    else launch<8, FP8>(p, stream);
+  };
+  if (fp8) run.template operator()<true>();
+  else run.template operator()<false>();
 }
 
 void decode_trace(bool on) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda/check.h"
+#include "moe/core/check.h"
 
 namespace moe::cuda {
 
@@ -53,6 +54,22 @@ void upload_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64
     w13.upload(reinterpret_cast<const bf16*>(gate_up.data()), gate_up.size(), e * 2 * I * H);
     w2.upload(reinterpret_cast<const bf16*>(down.data()), down.size(), e * H * I);
   }
+}
+
+Fp8Mlps quantize_mlps_fp8(const DeviceBuffer<bf16>& w13, const DeviceBuffer<bf16>& w2, int64_t mlps, int64_t H,
+                          int64_t I) {
+  const auto blocks = [](int64_t extent) { return (extent + 127) / 128; };
+  Fp8Mlps q{.w13 = DeviceBuffer<uint8_t>(w13.size()), .w2 = DeviceBuffer<uint8_t>(w2.size()),
+            .w13_scale = DeviceBuffer<float>(mlps * 2 * blocks(I) * blocks(H)),
+            .w2_scale = DeviceBuffer<float>(mlps * blocks(H) * blocks(I))};
+  DeviceBuffer<int> non_finite(1);
+  MOE_CUDA_CHECK(cudaMemset(non_finite.get(), 0, sizeof(int)));
+  quantize_fp8_block(w13.get(), 2 * mlps, I, H, q.w13.get(), q.w13_scale.get(), non_finite.get(), nullptr);
+  quantize_fp8_block(w2.get(), mlps, H, I, q.w2.get(), q.w2_scale.get(), non_finite.get(), nullptr);
+  int bad = 0;
+  MOE_CUDA_CHECK(cudaMemcpy(&bad, non_finite.get(), sizeof(int), cudaMemcpyDeviceToHost));
+  MOE_CHECK(bad == 0, "an expert weight holds a NaN or an Inf: it has no fp8 block scale (check the checkpoint)");
+  return q;
 }
 
 }  // namespace moe::cuda

@@ -26,4 +26,16 @@ inline int64_t padded_intermediate(int64_t I) {
 void upload_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64_t I, DeviceBuffer<bf16>& w13,
                  DeviceBuffer<bf16>& w2);
 
+// FP8 copies of uploaded MLPs, in the layout DecodeWeights takes (cuda/ops.h): e4m3 values in w13's and w2's
+// layouts, one fp32 scale per 128x128 block of each matrix (gate and up quantised apart, so that no block
+// spans both): w13_scale [mlps, 2, ceil(I / 128), ceil(H / 128)], w2_scale [mlps, ceil(H / 128),
+// ceil(I / 128)]. Throws moe::Error where a weight holds a NaN or an Inf. Synchronises.
+struct Fp8Mlps {
+  DeviceBuffer<uint8_t> w13, w2;
+  DeviceBuffer<float> w13_scale, w2_scale;
+  size_t bytes() const { return w13.size() + w2.size() + 4 * (w13_scale.size() + w2_scale.size()); }
+};
+Fp8Mlps quantize_mlps_fp8(const DeviceBuffer<bf16>& w13, const DeviceBuffer<bf16>& w2, int64_t mlps, int64_t H,
+                          int64_t I);
+
 }  // namespace moe::cuda

@@ -171,6 +171,14 @@ void unpermute(const bf16* rows, const int32_t* pair_rows, const float* pair_wei
                int top_k, int64_t hidden, const bf16* shared, const float* shared_gate_logit,
                int64_t shared_gate_stride, float* out, cudaStream_t stream);
 
+// ---- fp8_block.cu ----------------------------------------------------------------------------------
+// quant/fp8_block.h's quantize_fp8_block on the device, bit for bit: w [mats, rows, cols] bf16 ->
+// values [mats, rows, cols] e4m3 and scales [mats, ceil(rows / 128), ceil(cols / 128)] fp32 (weight =
+// e4m3 x scale, scale = amax / 448 per 128x128 block, 1 for an all-zero block). *non_finite is set to 1
+// where a block holds a NaN or an Inf (and left alone otherwise); mats <= 65535.
+void quantize_fp8_block(const bf16* w, int64_t mats, int64_t rows, int64_t cols, uint8_t* values, float* scales,
+                        int* non_finite, cudaStream_t stream);
+
 // ---- decode.cu -------------------------------------------------------------------------------------
 // The fused decode path: the whole layer for up to kDecodeMaxTokens tokens in one persistent launch (one
 // block per SM, grid-wide barriers between its phases): router GEMV (fp32, as router_fused) and top-k of
@@ -191,6 +199,18 @@ struct DecodeWeights {
   const bf16* shared_w2;           // [H, S] or null
   int64_t shared_intermediate;     // S, 0 without a shared expert
   bool shared_gated;               // Qwen2-MoE: the shared expert is scaled by sigmoid(logit of gate row E)
+  // FP8 experts (fp8_block.cu's format), streamed instead of w13 / w2 where w13_fp8 is set (and then the
+  // shared expert's too, if any): e4m3 values in the bf16 layouts above, and fp32 scales per 128x128
+  // block of each matrix: w13 [E, 2 (gate, up), ceil(I / 128), ceil(H / 128)], w2 [E, ceil(H / 128),
+  // ceil(I / 128)], the shared ones likewise with one expert. Activations stay bf16 (W8A16).
+  const uint8_t* w13_fp8 = nullptr;
+  const float* w13_scale = nullptr;
+  const uint8_t* w2_fp8 = nullptr;
+  const float* w2_scale = nullptr;
+  const uint8_t* shared_w13_fp8 = nullptr;
+  const float* shared_w13_scale = nullptr;
+  const uint8_t* shared_w2_fp8 = nullptr;
+  const float* shared_w2_scale = nullptr;
 };
 
 struct DecodeScratch {

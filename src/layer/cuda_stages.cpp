@@ -4,7 +4,8 @@
 //   prepare   permute (+ the tile map), then gather_pair_rows / gather_rows where the wgmma kernels run
 //   experts   grouped GEMM gate+up with SwiGLU, then down (mma.sync or wgmma)
 //   finalize  the shared experts' GEMMs on one dense segment, then unpermute (which adds them, gated)
-//   decode    decode_layer: the whole layer in one launch, for batches up to the decode limit
+//   decode    decode_layer: the whole layer in one launch, for batches up to the decode limit (fp8 experts
+//             where config.quant is fp8_block)
 // The stages share one CudaLayerState: the uploaded weights and every buffer, sized at construction.
 
 #include <cuda_runtime.h>
@@ -90,6 +91,10 @@ struct CudaLayerState {
   DeviceBuffer<bf16> decode_act;
   DeviceBuffer<unsigned> decode_barrier;
   cuda::DecodeScratch decode{};
+  // config.quant fp8_block: fp8 copies of the experts, which the fused decode path streams (the grouped
+  // GEMMs run on the bf16 ones).
+  bool fp8 = false;
+  cuda::Fp8Mlps experts_fp8, shared_fp8;
 
   CudaLayerState(const MoeConfig& config, const MoeWeights& weights, CudaLayerOptions options);
 
@@ -190,6 +195,11 @@ CudaLayerState::CudaLayerState(const MoeConfig& config_in, const MoeWeights& wei
     decode = {.logit_parts = decode_logits.get(), .act = decode_act.get(), .act_stride = decode.act_stride,
               .barrier = decode_barrier.get(), .expert_counts = permute.buffers().expert_counts,
               .dropped = permute.buffers().dropped};
+    fp8 = config.quant.method == quant::QuantMethod::fp8_block;
+  }
+  if (fp8) {
+    experts_fp8 = cuda::quantize_mlps_fp8(w13, w2, E, H, I);
+    if (S > 0) shared_fp8 = cuda::quantize_mlps_fp8(shared_w13, shared_w2, 1, H, S);
   }
 
   MOE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -197,8 +207,8 @@ CudaLayerState::CudaLayerState(const MoeConfig& config_in, const MoeWeights& wei
 
 std::string CudaLayerState::describe_path(int64_t n_tokens) const {
   const RoutedPath p = path(n_tokens);
-  if (p.decode) return "fused decode kernel";
-  const char* chooser = p.plan.tuned ? "tuned table" : "policy";
+  if (p.decode) return fp8 ? "fused decode kernel, fp8 experts" : "fused decode kernel";
+  const std::string chooser = std::string(p.plan.tuned ? "tuned table" : "policy") + (fp8 ? ", bf16 experts" : "");
   if (!p.wgmma) return "mma.sync grouped GEMMs, " + std::to_string(p.tile_rows) + "-row tiles (" + chooser + ")";
   const cuda::WgmmaSchedule up = cuda::wgmma_schedule_for(p.rows, E, true, H, p.plan.staged_gate_up);
   const cuda::WgmmaSchedule down = cuda::wgmma_schedule_for(p.rows, E, false, I, p.plan.staged_down);
@@ -445,7 +455,13 @@ class CudaDecode final : public FusedLayer {
                                       .correction_bias = s.bias.get(), .w13 = s.w13.get(), .w2 = s.w2.get(),
                                       .intermediate = s.I, .shared_w13 = s.shared_w13.get(),
                                       .shared_w2 = s.shared_w2.get(), .shared_intermediate = s.S,
-                                      .shared_gated = s.config.shared == SharedExpertKind::sigmoid_gated};
+                                      .shared_gated = s.config.shared == SharedExpertKind::sigmoid_gated,
+                                      .w13_fp8 = s.experts_fp8.w13.get(), .w13_scale = s.experts_fp8.w13_scale.get(),
+                                      .w2_fp8 = s.experts_fp8.w2.get(), .w2_scale = s.experts_fp8.w2_scale.get(),
+                                      .shared_w13_fp8 = s.shared_fp8.w13.get(),
+                                      .shared_w13_scale = s.shared_fp8.w13_scale.get(),
+                                      .shared_w2_fp8 = s.shared_fp8.w2.get(),
+                                      .shared_w2_scale = s.shared_fp8.w2_scale.get()};
     cuda::decode_layer(s.config.router, weights, s.H, static_cast<const bf16*>(x.data()), x.size(0), s.decode,
                        out.data_as<float>(), topk.ids.data_as<int32_t>(), topk.weights.data_as<float>(),
                        cuda_stream(stream));
@@ -478,7 +494,8 @@ LayerStages make_cuda_stages(const MoeConfig& config, const MoeWeights& weights,
   };
   stages.describe_path = [state](int64_t n_tokens) { return state->describe_path(n_tokens); };
   stages.weight_bytes = static_cast<int64_t>(
-      (state->w13.size() + state->w2.size() + state->shared_w13.size() + state->shared_w2.size()) * sizeof(bf16));
+      (state->w13.size() + state->w2.size() + state->shared_w13.size() + state->shared_w2.size()) * sizeof(bf16) +
+      state->experts_fp8.bytes() + state->shared_fp8.bytes());
   stages.max_tokens = options.max_tokens;
   stages.host_forward = make_cuda_host_path(config, options.max_tokens);
   return stages;

@@ -128,5 +128,12 @@ TEST(BenchCli, CpuOptionsAreRefusedWithCuda) {
   EXPECT_NE(r.err.find("--cpu-weights is a CPU option"), std::string::npos) << r.err;
 }
 
+TEST(BenchCli, CudaWeightsAreRefusedWithCpu) {
+  TempDir dir;
+  const RunResult r = run_bench(dir, "--backend cpu --shape custom:256,128,8,2 --tokens 1 --cuda-weights fp8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--cuda-weights is a CUDA option"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace moe::test

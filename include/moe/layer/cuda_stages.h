@@ -23,6 +23,9 @@ struct CudaLayerOptions {
 };
 
 // Uploads the weights (experts as bf16, the router in fp32) to the current device and sizes the workspace.
+// With config.quant fp8_block the experts get an fp8 copy too (e4m3, one fp32 scale per 128x128 block,
+// quantised on the device from the bf16 upload), which the fused decode path streams at half the bytes; the
+// grouped GEMMs of larger batches run on the bf16 experts.
 // Throws moe::Error for sizes the kernels do not handle (hidden_size must be a multiple of 64; expert and
 // shared intermediate sizes are zero-padded to a multiple of 64 at upload, which is exact).
 // MoeLayer's device forward of these stages takes x [T, H] BF16 on the device, T <= max_tokens, and a

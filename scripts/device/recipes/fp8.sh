@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# FP8 experts: their GPU tests, then `moe bench --backend cuda --cuda-weights fp8` (fp8 beside bf16, one run).
+# The tests first (the device quantiser bit for bit, the fp8 fused decode path against the CPU layer, the
+# bf16 decode tests beside it); then on each shape the bench at the default decode limit, and at T = 4, 8
+# with the fused path taking them (MOE_DECODE_MAX_TOKENS=8: both layers fused, for the fp8 kernel's time).
+# Usage: fp8 [shapes] [tokens] [fused tokens]   (defaults: three shapes; T = 1, 2, 4, 8, 16, 128; fused 4,8,
+# '-' for none)
+set -uo pipefail
+source scripts/device/lib/common.sh
+shapes=${1:-qwen3-30b-a3b,deepseek-v3,mixtral-8x7b}
+tokens=${2:-1,2,4,8,16,128}
+fused=${3:-4,8}
+work=/tmp/fp8-bench && rm -rf "$work" && mkdir -p "$work"  # packed into one file: the device returns 8
+gpu
+timeout 120 "$bin/cuda_tests" --gtest_filter='Fp8Block*:CudaDecodeFp8*:CudaDecode.*' > "$out/tests_fp8.log" 2>&1
+rc=$?
+row "fp8 + decode tests" "rc $rc" "$(gtest_counts "$out/tests_fp8.log")"
+if [ $rc -ne 0 ]; then grep -E "Failure|Expected|Which is|seed|error|T [0-9]|choice|output" "$out/tests_fp8.log" | head -30; fi
+note "shape	T	limit	bf16 us	fp8 us	fp8/bf16	fp8 TB/s	fp8 path"
+bench() {  # name tokens [VAR=value...]
+  local name=$1 shape=$2 list=$3
+  shift 3
+  env "$@" timeout 200 "$bin/moe" bench --backend cuda --cuda-weights fp8 --shape "$shape" --tokens "$list" \
+    --repeats 30 --json "$work/${name}_${shape}.json" > "$work/bench.tmp" 2>&1
+  echo "== $shape $name (rc $?)"
+  cat "$work/bench.tmp"
+  python3 - "$work/${name}_${shape}.json" "$name" >> "$SUMMARY" 2>/dev/null <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+for r in rows:
+    if r["weights"] != "fp8":
+        continue
+    print(f'{r["shape"]}\t{r["tokens"]}\t{sys.argv[2]}\t{r["peer"]["us"]:.1f}\t{r["us_median"]:.1f}\t'
+          f'{r["us_median"] / r["peer"]["us"]:.2f}\t{r["weight_tbps"]:.2f}\t{r["path"]}')
+PY
+}
+for shape in ${shapes//,/ }; do bench default "$shape" "$tokens"; done
+if [ "$fused" != - ]; then
+  for shape in ${shapes//,/ }; do bench fused8 "$shape" "$fused" MOE_DECODE_MAX_TOKENS=8; done
+fi
+tar czf "$out/fp8_bench.tar.gz" -C "$work" .
