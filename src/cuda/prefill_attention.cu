@@ -1,7 +1,10 @@
 // Tiled paged attention for prefill: a block takes 64 query rows of one query head, stages each tile of 64
 // keys and values in shared memory as bf16, and runs both products on the tensor cores (wmma m16n16k16)
 // with an fp32 online softmax (running max and sum per row). Every key is then read once per 64 query rows
-// instead of once per row, which is what makes a long prompt's causal triangle cheap.
+// instead of once per row, which is what makes a long prompt's causal triangle cheap. Queries, keys and
+// values are bf16 values already (the pools hold bf16 rows widened), so only the probabilities lose
+// precision in bf16: they go in as a bf16 pair (hi + lo, about 16 bits), which keeps the small fixture
+// models' logits as close to the CPU's as the fp32 kernel does.
 #include <mma.h>
 
 #include <cstdint>
@@ -24,7 +27,7 @@ constexpr int kPadBf16 = 8, kPadF32 = 4;
 // Byte offsets of the shared-memory regions, each 128-byte aligned (wmma wants 32).
 struct SharedLayout {
   int ld_q, ld_k, ld_v, ld_s, ld_p, ld_o;
-  size_t q, k, v, s, p, o, meta, bytes;
+  size_t q, k, v, s, o, meta, bytes;
 };
 
 __host__ __device__ inline size_t round_up(size_t x) { return (x + 127) / 128 * 128; }
@@ -34,14 +37,13 @@ __host__ __device__ inline SharedLayout shared_layout(int64_t dk, int64_t dv) {
   l.ld_q = l.ld_k = static_cast<int>(dk) + kPadBf16;
   l.ld_v = static_cast<int>(dv) + kPadBf16;
   l.ld_s = kTileKeys + kPadF32;
-  l.ld_p = kTileKeys + kPadBf16;
+  l.ld_p = 2 * l.ld_s;  // P (hi | lo) [64][2 · 64] bf16 overlays S, row for row
   l.ld_o = static_cast<int>(dv) + kPadF32;
   l.q = 0;
   l.k = round_up(l.q + sizeof(bf16) * kTileRows * l.ld_q);
   l.v = round_up(l.k + sizeof(bf16) * kTileKeys * l.ld_k);
   l.s = round_up(l.v + sizeof(bf16) * kTileKeys * l.ld_v);
-  l.p = round_up(l.s + sizeof(float) * kTileRows * l.ld_s);
-  l.o = round_up(l.p + sizeof(bf16) * kTileRows * l.ld_p);
+  l.o = round_up(l.s + sizeof(float) * kTileRows * l.ld_s);
   l.meta = round_up(l.o + sizeof(float) * kTileRows * l.ld_o);
   l.bytes = l.meta + sizeof(int32_t) * 3 * kTileRows + 16;
   return l;
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PagedAttent
   bf16* Ks = reinterpret_cast<bf16*>(smem + l.k);
   bf16* Vs = reinterpret_cast<bf16*>(smem + l.v);
   float* S = reinterpret_cast<float*>(smem + l.s);
-  bf16* P = reinterpret_cast<bf16*>(smem + l.p);
+  bf16* P = reinterpret_cast<bf16*>(smem + l.s);  // row r's hi at [r][0, 64), lo at [r][64, 128)
   float* O = reinterpret_cast<float*>(smem + l.o);
   int32_t* tile_table = reinterpret_cast<int32_t*>(smem + l.meta);  // [64] row_table of the tile's rows
   int32_t* tile_visible = tile_table + kTileRows;                    // [64] row_visible of the tile's rows
@@ -166,12 +168,18 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PagedAttent
         for (int o = 16; o > 0; o >>= 1) tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, o);
         running_max[i] = new_max;
         sum[i] = sum[i] * correction + tile_sum;
-        *reinterpret_cast<__nv_bfloat162*>(P + r * l.ld_p + 2 * lane) = __floats2bfloat162_rn(p0, p1);
+        // NOTE: P's row overlays S's row r; every lane has read its scores (the shuffles above), and no
+        // other warp touches row r.
+        __syncwarp();
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(p0, p1);
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(p0 - __low2float(hi), p1 - __high2float(hi));
+        *reinterpret_cast<__nv_bfloat162*>(P + r * l.ld_p + 2 * lane) = hi;
+        *reinterpret_cast<__nv_bfloat162*>(P + r * l.ld_p + kTileKeys + 2 * lane) = lo;
         for (int64_t c = lane; c < a.dv; c += 32) O[r * l.ld_o + c] *= correction;
       }
       __syncthreads();
 
-      // O [64 rows, dv] += P V: 4 · dv/16 fragments over the warps.
+      // O [64 rows, dv] += (P hi + P lo) V: 4 · dv/16 fragments over the warps.
       const int col_frags = static_cast<int>(a.dv / 16);
       for (int f = warp; f < (kTileRows / 16) * col_frags; f += kWarps) {
         const int mi = f / col_frags, ni = f % col_frags;
@@ -180,11 +188,13 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PagedAttent
         wmma::load_matrix_sync(acc, o, l.ld_o, wmma::mem_row_major);
 #pragma unroll
         for (int k = 0; k < kTileKeys; k += 16) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> pa;
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> hi, lo;
           wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> vb;
-          wmma::load_matrix_sync(pa, P + mi * 16 * l.ld_p + k, l.ld_p);
+          wmma::load_matrix_sync(hi, P + mi * 16 * l.ld_p + k, l.ld_p);
+          wmma::load_matrix_sync(lo, P + mi * 16 * l.ld_p + kTileKeys + k, l.ld_p);
           wmma::load_matrix_sync(vb, Vs + k * l.ld_v + ni * 16, l.ld_v);
-          wmma::mma_sync(acc, pa, vb, acc);
+          wmma::mma_sync(acc, hi, vb, acc);
+          wmma::mma_sync(acc, lo, vb, acc);
         }
         wmma::store_matrix_sync(o, acc, l.ld_o, wmma::mem_row_major);
       }
