@@ -30,7 +30,9 @@ struct SharedLayout {
   size_t q, k, v, s, o, meta, bytes;
 };
 
-__host__ __device__ inline size_t round_up(size_t x) { return (x + 127) / 128 * 128; }
+__host__ __device__ inline size_t round_up(size_t x) {
+  return (x + 127) / 128 * 128;
+}
 
 __host__ __device__ inline SharedLayout shared_layout(int64_t dk, int64_t dv) {
   SharedLayout l{};
@@ -45,29 +47,38 @@ __host__ __device__ inline SharedLayout shared_layout(int64_t dk, int64_t dv) {
   l.s = round_up(l.v + sizeof(bf16) * kTileKeys * l.ld_v);
   l.o = round_up(l.s + sizeof(float) * kTileRows * l.ld_s);
   l.meta = round_up(l.o + sizeof(float) * kTileRows * l.ld_o);
-  l.bytes = l.meta + sizeof(int32_t) * 3 * kTileRows + 16;
+  l.bytes = l.meta + sizeof(int64_t) * kTileKeys + sizeof(int32_t) * 3 * kTileRows + 16;
   return l;
 }
 
-// pool rows of keys [j0, j0 + 64) of one KV head -> tile [64][ld] bf16; keys at or past `visible` are 0.
-__device__ void stage_tile(const float* __restrict__ pool, int64_t row, int64_t offset, int64_t width,
-                           const int32_t* __restrict__ table, int64_t block_tokens, int64_t j0, int64_t visible,
-                           bf16* tile, int ld) {
-  const int64_t quads = width / 4;
-  for (int64_t idx = threadIdx.x; idx < kTileKeys * quads; idx += kThreads) {
-    const int64_t i = idx / quads, c = 4 * (idx % quads), j = j0 + i;
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (j < visible) {
-      const int64_t slot = int64_t{table[j / block_tokens]} * block_tokens + j % block_tokens;
-      x = *reinterpret_cast<const float4*>(pool + slot * row + offset + c);
+// Pool rows slot[i] (i < 64; -1: a key past the segment's, staged as 0), columns [offset, offset + width)
+// -> tile [64][ld] bf16. NOTE: a thread issues kLoadsInFlight loads before it converts any, so that their
+// L2 latencies overlap instead of adding up.
+constexpr int kLoadsInFlight = 4;
+__device__ void stage_tile(const float* __restrict__ pool, int64_t row, int64_t offset, int width,
+                           const int64_t* slot, bf16* tile, int ld) {
+  const int quads = width / 4, total = kTileKeys * quads;
+  for (int base = threadIdx.x; base < total; base += kThreads * kLoadsInFlight) {
+    float4 x[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int idx = base + u * kThreads, i = idx / quads, c = 4 * (idx - i * quads);
+      x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (idx < total && slot[i] >= 0)
+        x[u] = *reinterpret_cast<const float4*>(pool + slot[i] * row + offset + c);
     }
-    auto* dst = reinterpret_cast<__nv_bfloat162*>(tile + i * ld + c);
-    dst[0] = __floats2bfloat162_rn(x.x, x.y);
-    dst[1] = __floats2bfloat162_rn(x.z, x.w);
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int idx = base + u * kThreads, i = idx / quads, c = 4 * (idx - i * quads);
+      if (idx >= total) break;
+      auto* dst = reinterpret_cast<__nv_bfloat162*>(tile + i * ld + c);
+      dst[0] = __floats2bfloat162_rn(x[u].x, x[u].y);
+      dst[1] = __floats2bfloat162_rn(x[u].z, x[u].w);
+    }
   }
 }
 
-__global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PagedAttentionArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) prefill_attention_kernel(PagedAttentionArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const SharedLayout l = shared_layout(a.dk, a.dv);
   bf16* Qs = reinterpret_cast<bf16*>(smem + l.q);
@@ -76,10 +87,11 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PagedAttent
   float* S = reinterpret_cast<float*>(smem + l.s);
   bf16* P = reinterpret_cast<bf16*>(smem + l.s);  // row r's hi at [r][0, 64), lo at [r][64, 128)
   float* O = reinterpret_cast<float*>(smem + l.o);
-  int32_t* tile_table = reinterpret_cast<int32_t*>(smem + l.meta);  // [64] row_table of the tile's rows
-  int32_t* tile_visible = tile_table + kTileRows;                    // [64] row_visible of the tile's rows
-  int32_t* seg_visible = tile_visible + kTileRows;                   // [64] 0 outside the current segment
-  int32_t* seg = seg_visible + kTileRows;                            // [end, max visible]
+  int64_t* key_slot = reinterpret_cast<int64_t*>(smem + l.meta);           // [64] pool rows of the key tile
+  int32_t* tile_table = reinterpret_cast<int32_t*>(key_slot + kTileKeys);  // [64] row_table of the rows
+  int32_t* tile_visible = tile_table + kTileRows;   // [64] row_visible of the tile's rows
+  int32_t* seg_visible = tile_visible + kTileRows;  // [64] 0 outside the current segment
+  int32_t* seg = seg_visible + kTileRows;           // [end, max visible]
 
   // NOTE: the last tiles see the most keys; launching them first evens out the tail.
   const int64_t r0 = int64_t{gridDim.x - 1 - blockIdx.x} * kTileRows, head = blockIdx.y;
@@ -125,10 +137,14 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PagedAttent
     }
 
     for (int64_t j0 = 0; j0 < visible; j0 += kTileKeys) {
-      stage_tile(a.keys, a.kv_heads * a.dk, kv_head * a.dk, a.dk, table, a.block_tokens, j0, visible, Ks,
-                 l.ld_k);
-      stage_tile(a.values, a.kv_heads * a.dv, kv_head * a.dv, a.dv, table, a.block_tokens, j0, visible, Vs,
-                 l.ld_v);
+      if (threadIdx.x < kTileKeys) {
+        const int64_t j = j0 + threadIdx.x;
+        key_slot[threadIdx.x] =
+            j < visible ? int64_t{table[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens : -1;
+      }
+      __syncthreads();
+      stage_tile(a.keys, a.kv_heads * a.dk, kv_head * a.dk, static_cast<int>(a.dk), key_slot, Ks, l.ld_k);
+      stage_tile(a.values, a.kv_heads * a.dv, kv_head * a.dv, static_cast<int>(a.dv), key_slot, Vs, l.ld_v);
       __syncthreads();
 
       // S [64 rows, 64 keys] = Q Kᵀ: 16 fragments, 2 a warp.
@@ -158,7 +174,8 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PagedAttent
           s[c] = j0 + key < row_visible ? S[r * l.ld_s + key] * a.scale : -INFINITY;
         }
         float tile_max = fmaxf(s[0], s[1]);
-        for (int o = 16; o > 0; o >>= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+        for (int o = 16; o > 0; o >>= 1)
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
         const float new_max = fmaxf(running_max[i], tile_max);
         // NOTE: a row that has seen no key yet (or lies outside the segment) keeps max -inf and weighs 0.
         const bool none = new_max == -INFINITY;
@@ -230,7 +247,8 @@ void prefill_attention(const PagedAttentionArgs& args, cudaStream_t stream) {
     return true;
   }();
   (void)opted_in;
-  const dim3 grid(static_cast<unsigned>((args.rows + kTileRows - 1) / kTileRows), static_cast<unsigned>(args.heads));
+  const dim3 grid(static_cast<unsigned>((args.rows + kTileRows - 1) / kTileRows),
+                  static_cast<unsigned>(args.heads));
   prefill_attention_kernel<<<grid, kThreads, shared_layout(args.dk, args.dv).bytes, stream>>>(args);
   MOE_CUDA_CHECK_LAUNCH();
 }
