@@ -1,8 +1,9 @@
 // Paged attention over the fp32 KV pools: the cache write of a batch's new rows, and causal attention of
 // each query row against its sequence's blocks. A block a (row, query head); its warps take every
 // kAttentionWarps-th key, each with an fp32 online softmax (running max, sum and weighted values over its
-// lanes' value columns), merged at the end. Simple and exact enough to be the reference the faster kernels
-// are measured against; decode reads each key once per query head of its group.
+// lanes' value columns), merged at the end: the decode kernel (a prefill of more than kPrefillAttentionRows
+// rows a sequence goes to the tiled kernel of prefill_attention.cu); decode reads each key once per query
+// head of its group.
 #include <string>
 
 #include "cuda/check.h"
@@ -101,6 +102,10 @@ void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream) {
                    "paged_attention: " + std::to_string(args.heads) + " query heads are not a multiple of " +
                        std::to_string(args.kv_heads) + " KV heads");
   if (args.rows * args.heads == 0) return;
+  if (args.max_sequence_rows > kPrefillAttentionRows && prefill_attention_fits(args)) {
+    prefill_attention(args, stream);
+    return;
+  }
   const auto blocks = static_cast<unsigned>(args.rows * args.heads);
   if (args.dv <= 128)
     paged_attention_kernel<4><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);

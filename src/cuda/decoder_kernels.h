@@ -71,10 +71,19 @@ struct PagedAttentionArgs {
   int64_t rows, heads, kv_heads, dk, dv, block_tokens;
   float scale;  // multiplies q·k
   bf16* out;    // [rows, heads, dv]
+  // The most rows one sequence has in the batch (0: not known). Above kPrefillAttentionRows the tiled
+  // prefill kernel runs (when the head sizes fit it); a decode step keeps the kernel of one block a row.
+  int64_t max_sequence_rows = 0;
 };
+constexpr int64_t kPrefillAttentionRows = 16;
 // Softmax(scale · q·k) v per (row, query head) with an fp32 online softmax; query head h reads KV head
 // h / (heads / kv_heads). Limits: dk <= 1024, dv <= 512.
 void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
+// The tiled path paged_attention takes for prefill (prefill_attention.cu): 64 query rows of one query head
+// a block, key and value tiles in shared memory as bf16, both products on the tensor cores. Fits when dk
+// and dv are multiples of 16 up to 256 and the pools are 16-byte aligned.
+bool prefill_attention_fits(const PagedAttentionArgs& args);
+void prefill_attention(const PagedAttentionArgs& args, cudaStream_t stream);
 
 // ---- mla.cu ----------------------------------------------------------------------------------------
 struct MlaDims {

@@ -7,6 +7,7 @@
 // NOTE: here and not in model/ or cuda/: model/ may not see cuda/, and cuda/ holds ops only.
 #include "cuda_decoder_ops.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -186,7 +187,9 @@ class CudaDecoderOps final : public model::DecoderOps {
               q.shape_string(), batch.total, shape.heads, shape.dk);
     // [block tables of the spans | row_table [T] | row_visible [T]]
     std::vector<int32_t> tables, row_table, row_visible;
+    int64_t max_sequence_rows = 0;
     for (const BatchLayout::Span& span : batch.spans) {
+      max_sequence_rows = std::max(max_sequence_rows, span.count);
       const auto first = static_cast<int32_t>(tables.size());
       const std::vector<int32_t>& table = cache.block_table(span.seq);
       tables.insert(tables.end(), table.begin(), table.end());
@@ -213,7 +216,8 @@ class CudaDecoderOps final : public model::DecoderOps {
                            .dv = shape.dv,
                            .block_tokens = cache.block_tokens(),
                            .scale = static_cast<float>(shape.scale),
-                           .out = bf16_data(out)},
+                           .out = bf16_data(out),
+                           .max_sequence_rows = max_sequence_rows},
                           stream_);
     return out;
   }

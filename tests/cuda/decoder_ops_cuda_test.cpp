@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "cuda_decoder_ops.h"
 #include "kv_cache.h"
@@ -183,6 +184,51 @@ TEST_F(CudaOps, PagedAttentionPrefillThenDecode) {
     }
   }
   EXPECT_NE(gpu_cache.block_table(0).front(), 0);
+}
+
+// The tiled prefill kernel (more than kPrefillAttentionRows rows a sequence) against the CPU: prompts of
+// 1 to 300 rows beside a second sequence's 20 (so that a tile of 64 rows spans both), then a chunk of 70
+// rows on the cached prompt beside a decode row; GQA ratios 1, 4 and 8, head sizes 64 and 128.
+TEST_F(CudaOps, PagedAttentionTiledPrefillAndChunks) {
+  SKIP_WITHOUT_GPU();
+  struct Heads {
+    int64_t heads, kv_heads, D;
+  };
+  for (const Heads h : {Heads{4, 4, 64}, Heads{8, 2, 128}, Heads{8, 1, 64}}) {
+    const int64_t row = h.kv_heads * h.D;
+    const model::AttentionShape shape{
+        .heads = h.heads, .kv_heads = h.kv_heads, .dk = h.D, .dv = h.D, .scale = 1.0 / std::sqrt(h.D)};
+    for (const int64_t prompt : {1, 17, 64, 100, 300}) {
+      ModelKvCache cpu_cache(this, 1, 2, 512, row, row);
+      ModelKvCache gpu_cache(this, 1, 2, 512, row, row, /*num_blocks=*/0,
+                             [&](std::vector<int64_t> s) { return gpu_->kv_blocks(s); });
+      for (const auto& counts : {std::vector<int64_t>{prompt, 20}, std::vector<int64_t>{70, 1}}) {
+        BatchLayout batch;
+        for (int64_t s = 0; s < 2; ++s) {
+          cpu_cache.reserve(s, counts[s]);
+          gpu_cache.reserve(s, counts[s]);
+          const int64_t start = cpu_cache.length(s);
+          batch.spans.push_back({.seq = s, .row = batch.total, .count = counts[s], .start = start});
+          for (int64_t i = 0; i < counts[s]; ++i) batch.positions.push_back(start + i);
+          batch.total += counts[s];
+        }
+        const Tensor q = random({batch.total, h.heads * h.D}), k = random({batch.total, row}),
+                     v = random({batch.total, row});
+        cpu_->append_kv(cpu_cache, 0, batch, k, v);
+        gpu_->append_kv(gpu_cache, 0, batch, up(k), up(v));
+        const std::string what = "attention " + std::to_string(h.heads) + "/" + std::to_string(h.kv_heads) +
+                                 " heads, D " + std::to_string(h.D) + ", rows " + std::to_string(counts[0]) +
+                                 " + " + std::to_string(counts[1]) + " after " +
+                                 std::to_string(cpu_cache.length(0));
+        expect_close(gpu_->attention(up(q), gpu_cache, 0, batch, shape),
+                     cpu_->attention(q, cpu_cache, 0, batch, shape), what.c_str());
+        for (int64_t s = 0; s < 2; ++s) {
+          cpu_cache.commit(s, counts[s]);
+          gpu_cache.commit(s, counts[s]);
+        }
+      }
+    }
+  }
 }
 
 // The host copies come through reused page-locked buffers: one the caller still holds is never written.
