@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # `moe serve --backend cuda` under scripts/bench_serve.py at concurrency 1, 16 and 64 (random Qwen3-30B-A3B shape).
 # The checkpoint: scripts/device/random_model.py (torch and transformers on the device) with LAYERS layers
-# (default 4), random bf16 weights, made once. The server on 127.0.0.1; each concurrency runs 4x its requests (at least
+# (default 4), random bf16 weights, made once; or, with RANDOM_MODEL=NAME (e.g. qwen3-30b-a3b), the full-depth
+# shape on random weights made in GPU memory (moe serve --random-model: no checkpoint). The server on 127.0.0.1; each concurrency runs 4x its requests (at least
 # 16) of 128 prompt and 64 output tokens (range ratio 0, ignore_eos). Logs and JSON in $OUT; exit 1 if a run fails.
 set -uo pipefail
 source scripts/device/lib/common.sh
 gpu
 status=0
-model=/tmp/moe-qwen3-${LAYERS:-4}l  # the decoder recipe's checkpoint when it ran first
-[ -f "$model/config.json" ] || python3 scripts/device/random_model.py qwen3-30b-a3b "${LAYERS:-4}" "$model" \
-  > "$out/serve_model.log" 2>&1 || { row "random model" "failed (see serve_model.log)"; exit 1; }
+if [ -n "${RANDOM_MODEL:-}" ]; then
+  source_flags=(--random-model "$RANDOM_MODEL")
+else
+  model=/tmp/moe-qwen3-${LAYERS:-4}l  # the decoder recipe's checkpoint when it ran first
+  [ -f "$model/config.json" ] || python3 scripts/device/random_model.py qwen3-30b-a3b "${LAYERS:-4}" "$model" \
+    > "$out/serve_model.log" 2>&1 || { row "random model" "failed (see serve_model.log)"; exit 1; }
+  source_flags=(--model "$model")
+fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$bin/moe" serve --model "$model" --backend cuda --port "$port" --max-num-seqs 64 --max-model-len 512 \
+"$bin/moe" serve "${source_flags[@]}" --backend cuda --port "$port" --max-num-seqs 64 --max-model-len 512 \
   > "$out/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 240); do grep -q '^serving ' "$out/serve.log" && break; sleep 0.5; done
