@@ -2,49 +2,20 @@
 // layer (reference CPU experts), run under `mpirun -np R` for R in 1..4: every rank runs every test; rank 0
 // compares the gathered output. Seeds are drawn on rank 0 and shared, so that all ranks build the same case.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <numeric>
 
 #include "ep/data_parallel.h"
 #include "ep/ep_layer.h"
 #include "ep/rebalance.h"
-#include "moe/core/checkpoint.h"
-#include "moe/core/safetensors.h"
+#include "ep_block.h"
 #include "random_moe_case.h"
 #include "test_random.h"
 
 namespace moe::ep {
 namespace {
 
-namespace fs = std::filesystem;
-
 Communicator* g_comm = nullptr;
-
-// A seed every rank agrees on (rank 0's fresh one, or MOE_TEST_SEED).
-uint64_t shared_seed() {
-  int64_t seed[1] = {g_comm->rank() == 0 ? static_cast<int64_t>(test::fresh_seed() >> 1) : 0};
-  g_comm->allreduce_sum(seed);
-  return static_cast<uint64_t>(seed[0]);
-}
-
-// A random block of `model_type`, its config and weights loaded through the checkpoint path (per-rank files).
-struct Block {
-  test::MoeCase c;
-  MoeConfig config;
-  MoeWeights weights;
-};
-
-Block make_block(const std::string& model_type, test::TestRng& rng, test::CaseOptions opt = {}) {
-  Block b{.c = test::random_moe_case(model_type, rng, opt), .config = {}, .weights = {}};
-  b.config = parse_moe_config(b.c.config);
-  const fs::path file = fs::temp_directory_path() / fmt::format("moe_ep_test_{}.safetensors", ::getpid());
-  write_safetensors(file, b.c.weights);
-  b.weights = load_moe_weights(Checkpoint::open(file), "", b.config);  // mmap keeps the data after removal
-  fs::remove(file);
-  return b;
-}
 
 LayerOutput single_rank(const Block& b) {
   return MoeLayer(b.config, b.weights, {.cpu_experts = CpuExperts::reference}).forward(b.c.x);
@@ -82,7 +53,7 @@ Placement default_placement(const Block& b, int R) {
 class EpAllFamilies : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EpAllFamilies, EqualsSingleRank) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   const Block b = make_block(GetParam(), rng);
   expect_matches_single_rank(b, default_placement(b, g_comm->size()));
   expect_matches_single_rank(b, default_placement(b, g_comm->size()), Transfer::f32, 0.0,
@@ -95,7 +66,7 @@ INSTANTIATE_TEST_SUITE_P(Families, EpAllFamilies, ::testing::ValuesIn(std::vecto
                          [](const auto& info) { return info.param; });
 
 TEST(Ep, UnevenPlacementWithReplicas) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   const Block b = make_block("qwen3_moe", rng, {.tokens = 37, .experts = 5, .top_k = 3});
   const int R = g_comm->size();
   // Rank 0 holds every expert; the others each hold a replica of experts r-1 and 4: uneven, replicated.
@@ -107,7 +78,7 @@ TEST(Ep, UnevenPlacementWithReplicas) {
 // A rebalanced placement with redundant slots (replicas of the hot experts on several ranks) and the
 // per-pair combine: bit-identical to the single-rank layer, whichever replica serves a pair.
 TEST(Ep, RebalancedReplicasPerPairCombineBitIdentical) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   const Block b = make_block("deepseek_v3", rng, {.tokens = 41, .experts = 8, .top_k = 3});
   const int R = g_comm->size();
   std::vector<int64_t> load(8, 1);
@@ -120,7 +91,7 @@ TEST(Ep, RebalancedReplicasPerPairCombineBitIdentical) {
 }
 
 TEST(Ep, AllPairsToOneRank) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   const Block b = make_block("deepseek_v3", rng, {.tokens = 23});
   const int R = g_comm->size(), E = b.config.router.n_experts;
   std::vector<std::vector<int32_t>> ranks(R);
@@ -130,13 +101,13 @@ TEST(Ep, AllPairsToOneRank) {
 }
 
 TEST(Ep, RanksWithNoTokens) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   const Block b = make_block("mixtral", rng, {.tokens = 1, .experts = 4, .top_k = 2});
   expect_matches_single_rank(b, load_aware_placement(std::vector<int64_t>(4, 1), g_comm->size(), 4));
 }
 
 TEST(Ep, Fp8AndBf16TransferWithinTolerance) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   // H above 128 so that rows span several fp8 scale blocks.
   const Block b = make_block("olmoe", rng, {.tokens = 40, .experts = 8, .top_k = 2});
   const Placement p = default_placement(b, g_comm->size());
@@ -151,7 +122,7 @@ TEST(Ep, Fp8AndBf16TransferWithinTolerance) {
 // sum: the EP stages then compute exactly what the local stages do (the same router, experts, unpermute and
 // shared experts), so the output is bit-identical to the single-rank layer, whichever rank a token starts on.
 TEST(Ep, ExpertsOnOneRankBitIdenticalToLocalLayer) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   for (const char* family : {"qwen2_moe", "deepseek_v3"}) {
     const Block b = make_block(family, rng, {.tokens = 29});
     const int R = g_comm->size(), E = b.config.router.n_experts;
@@ -170,7 +141,7 @@ TEST(Ep, ExpertsOnOneRankBitIdenticalToLocalLayer) {
 // The rank's MoeLayer is the whole EP layer: each rank running its own slice through it and gathering the
 // rows by hand gives what forward_data_parallel gives.
 TEST(Ep, RankLayerForwardIsTheDataParallelSlice) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   const Block b = make_block("mixtral", rng, {.tokens = 19, .experts = 8});
   const Placement p = default_placement(b, g_comm->size());
   EpLayer layer = make_ep_layer(*g_comm, b.config, b.weights, p);
@@ -186,7 +157,7 @@ TEST(Ep, RankLayerForwardIsTheDataParallelSlice) {
 
 // forward_replicated leaves the same bytes on every rank: rank 0's gathered output, broadcast for the check.
 TEST(Ep, ReplicatedOutputSameOnEveryRank) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   const Block b = make_block("olmoe", rng, {.tokens = 21, .experts = 8});
   EpLayer layer = make_ep_layer(*g_comm, b.config, b.weights, default_placement(b, g_comm->size()), Transfer::bf16);
   ExchangeStats totals;
@@ -207,7 +178,7 @@ TEST(Ep, ReplicatedOutputSameOnEveryRank) {
 }
 
 TEST(Ep, PlacementForOtherRankCountRejected) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   const Block b = make_block("mixtral", rng, {.experts = 8});
   const int R = g_comm->size();
   try {

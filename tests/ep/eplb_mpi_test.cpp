@@ -2,49 +2,22 @@
 // to a rebalanced or rescaled placement over the communicator, the EP layer on the migrated weights
 // bit-identical to the single-rank layer, and the switch agreed by every rank or none.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 
 #include "ep/data_parallel.h"
 #include "ep/ep_layer.h"
 #include "ep/expert_migration.h"
 #include "ep/load_window.h"
 #include "ep/rebalance.h"
-#include "moe/core/checkpoint.h"
-#include "moe/core/safetensors.h"
+#include "ep_block.h"
 #include "random_moe_case.h"
 #include "test_random.h"
 
 namespace moe::ep {
 namespace {
 
-namespace fs = std::filesystem;
-
 Communicator* g_comm = nullptr;
-
-uint64_t shared_seed() {
-  int64_t seed[1] = {g_comm->rank() == 0 ? static_cast<int64_t>(test::fresh_seed() >> 1) : 0};
-  g_comm->allreduce_sum(seed);
-  return static_cast<uint64_t>(seed[0]);
-}
-
-struct Block {
-  test::MoeCase c;
-  MoeConfig config;
-  MoeWeights weights;
-};
-
-Block make_block(const std::string& model_type, test::TestRng& rng, test::CaseOptions opt) {
-  Block b{.c = test::random_moe_case(model_type, rng, opt), .config = {}, .weights = {}};
-  b.config = parse_moe_config(b.c.config);
-  const fs::path file = fs::temp_directory_path() / fmt::format("moe_eplb_test_{}.safetensors", ::getpid());
-  write_safetensors(file, b.c.weights);
-  b.weights = load_moe_weights(Checkpoint::open(file), "", b.config);
-  fs::remove(file);
-  return b;
-}
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
@@ -102,7 +75,7 @@ void migrate_and_check(const Block& b, const Placement& from, const Placement& t
 }
 
 TEST(Migration, RebalancedPlacementWithReplicas) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   const Block b = make_block("qwen3_moe", rng, {.tokens = 33, .experts = 8, .top_k = 2});
   const int R = g_comm->size();
   const Placement from = load_aware_placement(std::vector<int64_t>(8, 1), R, (8 + R - 1) / R);
@@ -116,7 +89,7 @@ TEST(Migration, RebalancedPlacementWithReplicas) {
 }
 
 TEST(Migration, ScaleDownAndBackUp) {
-  test::TestRng rng(shared_seed());
+  test::TestRng rng(shared_seed(*g_comm));
   const Block b = make_block("deepseek_v3", rng, {.tokens = 27, .experts = 8, .top_k = 3});
   const int R = g_comm->size();
   if (R < 2) GTEST_SKIP() << "scaling needs at least 2 ranks";

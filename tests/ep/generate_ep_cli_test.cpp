@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mpirun.h"
 #include "run_command.h"
 #include "temp_dir.h"
 
@@ -24,11 +25,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const fs::path kModels = fs::path(MOE_TEST_DATA) / "models";
-
-std::string mpirun(int ranks) {
-  return std::string(MOE_MPIEXEC) + " --oversubscribe --allow-run-as-root -x MOE_NUM_THREADS=1 -np " +
-         std::to_string(ranks) + " ";
-}
 
 // The trace's lines without their weights (which a different summation order may change in the last bit).
 std::vector<std::string> routing_lines(const fs::path& trace) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "mpirun.h"
 #include "run_command.h"
 #include "temp_dir.h"
 
@@ -22,11 +23,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const fs::path kModels = fs::path(MOE_TEST_DATA) / "models";
-
-std::string mpirun(int ranks) {
-  return std::string(MOE_MPIEXEC) + " --oversubscribe --allow-run-as-root -x MOE_NUM_THREADS=1 -np " +
-         std::to_string(ranks) + " ";
-}
 
 // The generated ids of each --json line.
 std::vector<json> generated(const fs::path& file) {
