@@ -251,6 +251,20 @@ def test_concurrent_clients_equal_alone(s):
     assert after["moe:time_to_first_token_seconds_count"] - before["moe:time_to_first_token_seconds_count"] == 32
 
 
+def close_and_wait_freed(s, sock, before):
+    """Closes the client's socket; the server must give the sequence's KV blocks back and count one abort."""
+    sock.close()
+    for _ in range(100):
+        after = s.metrics()
+        if after["moe:kv_cache_used_blocks"] == 0:
+            break
+        time.sleep(0.05)
+    assert after["moe:kv_cache_used_blocks"] == 0 and after["moe:num_requests_running"] == 0, after
+    key = 'moe:request_success_total{finished_reason="abort"}'
+    assert after[key] == before[key] + 1, (before[key], after[key])
+    return after
+
+
 def test_disconnect_frees_blocks(s):
     before = s.metrics()
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
@@ -263,15 +277,7 @@ def test_disconnect_frees_blocks(s):
         received += sock.recv(4096)
     during = s.metrics()
     assert during["moe:kv_cache_used_blocks"] > 0 and during["moe:num_requests_running"] == 1, during
-    sock.close()
-    for _ in range(100):
-        after = s.metrics()
-        if after["moe:kv_cache_used_blocks"] == 0:
-            break
-        time.sleep(0.05)
-    assert after["moe:kv_cache_used_blocks"] == 0 and after["moe:num_requests_running"] == 0, after
-    key = 'moe:request_success_total{finished_reason="abort"}'
-    assert after[key] == before[key] + 1
+    after = close_and_wait_freed(s, sock, before)
     assert after["moe:generation_tokens_total"] - before["moe:generation_tokens_total"] < 480
 
 
@@ -289,15 +295,7 @@ def test_disconnect_frees_blocks_not_streamed(s):
             break
         time.sleep(0.005)
     assert during["moe:kv_cache_used_blocks"] > 0 and during["moe:num_requests_running"] == 1, during
-    sock.close()
-    for _ in range(100):
-        after = s.metrics()
-        if after["moe:kv_cache_used_blocks"] == 0:
-            break
-        time.sleep(0.05)
-    assert after["moe:kv_cache_used_blocks"] == 0 and after["moe:num_requests_running"] == 0, after
-    key = 'moe:request_success_total{finished_reason="abort"}'
-    assert after[key] == before[key] + 1, (before[key], after[key])
+    after = close_and_wait_freed(s, sock, before)
     assert after["moe:generation_tokens_total"] - before["moe:generation_tokens_total"] < 480
     status = 'moe:requests_total{status="499"}'
     assert after.get(status, 0) == before.get(status, 0) + 1, after
