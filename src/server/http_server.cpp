@@ -4,7 +4,9 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
+#include <thread>
 
 #include "api_error.h"
 #include "client_socket.h"
@@ -73,6 +75,7 @@ struct Server::Impl {
   httplib::Server http;
   int port = 0;
   std::atomic<bool> stopped{false};
+  std::atomic<int> open_streams{0};  // streamed responses not yet released
 };
 
 void Server::Impl::routes() {
@@ -232,8 +235,10 @@ void Server::Impl::respond_stream(httplib::Response& res, const ApiRequest& api,
     return true;
   };
   Scheduler* scheduler_ptr = scheduler.get();
-  res.set_chunked_content_provider("text/event-stream", provider, [stream, scheduler_ptr](bool) {
+  ++open_streams;
+  res.set_chunked_content_provider("text/event-stream", provider, [this, stream, scheduler_ptr](bool) {
     if (!stream->done) scheduler_ptr->cancel(stream->ticket.key);
+    --open_streams;
   });
 }
 
@@ -265,7 +270,13 @@ void Server::run() {
 
 void Server::stop() {
   if (impl_->stopped.exchange(true)) return;
-  impl_->scheduler->stop();
+  impl_->scheduler->stop();  // every request in flight gets its error event
+  // NOTE: httplib stops writing a chunked response once it shuts down, so a stream between two provider
+  // calls would lose its error event and [DONE]: the streams drain first (bounded, for a client that reads
+  // nothing).
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
   impl_->http.stop();
 }
 
