@@ -334,7 +334,7 @@ def test_bad_requests(s):
         raise AssertionError("an unknown model was accepted")
     except openai.NotFoundError:
         pass
-    assert completion(s.client(), prompt="still serving", max_tokens=2).usage.completion_tokens == 2
+    assert completion(s.client(), prompt="still serving", max_tokens=2, temperature=0).usage.completion_tokens == 2
 
 
 def test_slow_client(s):
@@ -344,7 +344,7 @@ def test_slow_client(s):
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
     sock.sendall(head + body[:10])
     for prompt in PROMPTS[:4]:
-        assert completion(s.client(), prompt=prompt, max_tokens=4).usage.completion_tokens == 4
+        assert completion(s.client(), prompt=prompt, max_tokens=4, temperature=0).usage.completion_tokens == 4
     time.sleep(1.0)
     sock.sendall(body[10:])
     response = b""
@@ -383,7 +383,7 @@ def test_api_key():
             raise AssertionError("a wrong key was accepted")
         except openai.AuthenticationError:
             pass
-        r = completion(s.client("sesame"), prompt="x", max_tokens=2)
+        r = completion(s.client("sesame"), prompt="x", max_tokens=2, temperature=0)
         assert r.usage.completion_tokens == 2
     finally:
         s.stop()
