@@ -1,5 +1,6 @@
 #include "cuda/device_tensor.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "cuda/check.h"
@@ -46,6 +47,35 @@ Tensor HostStaging::to_host(const Tensor& x, cudaStream_t stream) {
   const std::shared_ptr<void> data(p, [](void* q) { cudaFreeHost(q); });
   if (slot != nullptr) *slot = {.data = data, .bytes = x.nbytes()};
   return copy_into(data, x, stream);
+}
+
+std::vector<Tensor> HostStaging::to_host_all(std::span<const Tensor> xs, cudaStream_t stream) {
+  constexpr size_t kAlign = 64;  // each copy starts on its own cache line
+  std::vector<size_t> offsets;
+  size_t bytes = 0;
+  for (const Tensor& x : xs) {
+    offsets.push_back(bytes);
+    if (x.device() != Device::cuda) continue;
+    MOE_CUDA_REQUIRE(x.is_contiguous(), "to_host_all: needs contiguous device tensors");
+    bytes += (x.nbytes() + kAlign - 1) / kAlign * kAlign;
+  }
+  if (together_.data.use_count() > 1 || together_.bytes < bytes) {
+    void* p = nullptr;
+    MOE_CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 16)));
+    together_ = {.data = std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); }), .bytes = bytes};
+  }
+  auto* base = static_cast<uint8_t*>(together_.data.get());
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (xs[i].device() == Device::cuda)
+      MOE_CUDA_CHECK(cudaMemcpyAsync(base + offsets[i], xs[i].data(), xs[i].nbytes(), cudaMemcpyDeviceToHost,
+                                     stream));
+  MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<Tensor> host;
+  for (size_t i = 0; i < xs.size(); ++i)
+    host.push_back(xs[i].device() == Device::cuda
+                       ? Tensor::view(base + offsets[i], xs[i].dtype(), xs[i].shape(), together_.data)
+                       : xs[i]);
+  return host;
 }
 
 Tensor HostStaging::copy_into(const std::shared_ptr<void>& data, const Tensor& x, cudaStream_t stream) {

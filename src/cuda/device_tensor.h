@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "moe/core/tensor.h"
@@ -25,6 +26,9 @@ class HostStaging {
  public:
   // A host copy of contiguous device tensor x, in a page-locked buffer; synchronises the stream.
   Tensor to_host(const Tensor& x, cudaStream_t stream);
+  // Host copies of xs (host tensors as they are, device ones contiguous), the device ones together in one
+  // page-locked buffer, reused while no tensor of the last call is alive; one synchronisation for all.
+  std::vector<Tensor> to_host_all(std::span<const Tensor> xs, cudaStream_t stream);
 
  private:
   struct Buffer {
@@ -34,6 +38,7 @@ class HostStaging {
   static Tensor copy_into(const std::shared_ptr<void>& data, const Tensor& x, cudaStream_t stream);
 
   std::vector<Buffer> buffers_;
+  Buffer together_;  // to_host_all's
 };
 
 }  // namespace moe::cuda

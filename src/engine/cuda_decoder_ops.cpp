@@ -317,6 +317,10 @@ class CudaDecoderOps final : public model::DecoderOps {
     return x.device() == Device::cuda ? staging_.to_host(x, stream_) : x;
   }
 
+  std::vector<Tensor> to_host_all(std::span<const Tensor> xs) override {
+    return staging_.to_host_all(xs, stream_);
+  }
+
  private:
   using KvBlockShape = model::KvBlockPool::Shape;
 

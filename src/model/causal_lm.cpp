@@ -206,8 +206,14 @@ class Model final : public CausalLM {
       result = Tensor::empty(DType::I32, {static_cast<int64_t>(chosen.size())});
       std::copy(chosen.begin(), chosen.end(), result.data_as<int32_t>());
     }
-    for (const auto& [l, topk] : routing)
-      report_routing(observer, batch, ids, l, {ops_->to_host(topk.ids), ops_->to_host(topk.weights)});
+    std::vector<Tensor> device_routing;  // [ids, weights] of each MoE layer, in order
+    for (const auto& [l, topk] : routing) {
+      device_routing.push_back(topk.ids);
+      device_routing.push_back(topk.weights);
+    }
+    const std::vector<Tensor> host_routing = ops_->to_host_all(device_routing);
+    for (size_t i = 0; i < routing.size(); ++i)
+      report_routing(observer, batch, ids, routing[i].first, {host_routing[2 * i], host_routing[2 * i + 1]});
     return result;  // logits [rows, V] or ids [spans]
   }
 
@@ -311,6 +317,12 @@ std::vector<int32_t> DecoderOps::choose_tokens(const Tensor& logits, std::span<c
   for (int64_t r = 0; r < host.size(0); ++r)
     ids.push_back(choose_token({host.data_as<float>() + r * V, static_cast<size_t>(V)}, choices[r]));
   return ids;
+}
+
+std::vector<Tensor> DecoderOps::to_host_all(std::span<const Tensor> xs) {
+  std::vector<Tensor> host;
+  for (const Tensor& x : xs) host.push_back(to_host(x));
+  return host;
 }
 
 std::unique_ptr<CausalLM> CausalLM::load(const std::filesystem::path& dir, const ModelOptions& options) {

@@ -94,6 +94,9 @@ class DecoderOps {
   virtual Tensor kv_blocks(std::vector<int64_t> shape) = 0;
   // x as a host tensor (itself where it already is one): the logits and the routing the caller reads.
   virtual Tensor to_host(const Tensor& x) = 0;
+  // Every tensor of xs as a host tensor, in order: a device's ops copy them all before they wait once (the
+  // routing of every layer after a forward: one wait, not two a layer).
+  virtual std::vector<Tensor> to_host_all(std::span<const Tensor> xs);
   // Bytes free for kv_blocks on the ops' device (the host's available memory here; a GPU's ops say theirs).
   virtual int64_t memory_available() const { return host_available_memory(); }
 };

@@ -243,6 +243,24 @@ TEST_F(CudaOps, HostCopiesStayValidWhileHeld) {
   expect_close(up(held.to_f32()), first, "to_host held", 0);
 }
 
+// to_host_all: every tensor in order (a host one as it is), and the copies of one call stay valid while
+// later calls run (their buffer is not reused while any of them is held).
+TEST_F(CudaOps, HostCopiesTogetherStayValidWhileHeld) {
+  SKIP_WITHOUT_GPU();
+  const Tensor a = random({3, 7}), b = random({5, 130}), c = random({1, 1});
+  const std::vector<Tensor> first = gpu_->to_host_all(std::vector<Tensor>{up(a), b, up(c)});
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first[1].data(), b.data());
+  for (const int64_t rows : {2, 40, 1}) {
+    const Tensor x = random({rows, 33}), y = random({rows, 8});
+    const std::vector<Tensor> got = gpu_->to_host_all(std::vector<Tensor>{up(x), up(y)});
+    expect_close(up(got[0].to_f32()), x, "to_host_all x", 0);
+    expect_close(up(got[1].to_f32()), y, "to_host_all y", 0);
+  }
+  expect_close(up(first[0].to_f32()), a, "to_host_all held a", 0);
+  expect_close(up(first[2].to_f32()), c, "to_host_all held c", 0);
+}
+
 TEST_F(CudaOps, MlaAbsorbedProducts) {
   SKIP_WITHOUT_GPU();
   const model::MlaShape shape{.heads = 4, .nope = 32, .rope = 16, .v = 24, .rank = 64};
