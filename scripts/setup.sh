@@ -14,6 +14,7 @@ packages=(
   clang libclang-rt-14-dev  # the libFuzzer fuzzers (scripts/fuzz.sh; libFuzzer's runtime is only recommended by clang)
   libcpp-httplib-dev  # moe serve's HTTP server (src/server)
   python3-pip  # the server tests' client (below)
+  bsdutils  # script(1): a CLI test runs moe under a terminal (Essential in Debian; listed for the record)
 )
 
 missing=()

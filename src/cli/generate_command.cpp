@@ -4,7 +4,6 @@
 // the flag.
 #include <fmt/core.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -13,6 +12,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "progress_line.h"
 #include "ep_wires.h"
 #include "error_report.h"
 #include "generate_report.h"
@@ -52,28 +52,6 @@ struct GenerateArgs {
   engine::EplbOptions eplb;            // elastic placement under --ep
   // Which of the sampling options the command line gave: the others come from generation_config.json.
   bool has_temperature = false, has_top_p = false, has_top_k = false, has_seed = false;
-};
-
-// Progress on a terminal only, rewritten in place: in a pipe or a log stderr stays one line per error.
-class ProgressLine {
- public:
-  explicit ProgressLine(bool root) : enabled_(root && isatty(STDERR_FILENO) == 1) {}
-  void show(const std::string& line) {
-    if (!enabled_) return;
-    fmt::print(stderr, "\r\033[K{}", line);
-    std::fflush(stderr);
-    shown_ = true;
-  }
-  void clear() {
-    if (!shown_) return;
-    fmt::print(stderr, "\r\033[K");
-    std::fflush(stderr);
-    shown_ = false;
-  }
-
- private:
-  bool enabled_;
-  bool shown_ = false;
 };
 
 // Writes one JSON line per routing event into a temporary file that commit() puts in place; events may
@@ -204,12 +182,14 @@ void run_generate(const GenerateArgs& a) {
   }
   const bool root = !ep || ep->rank() == 0;
 
-  ProgressLine progress(root);
+  cli::ProgressLine progress(root);
   options.model.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
   options.model.cpu_experts = a.cpu_experts.empty()   ? engine::default_cpu_experts(dir)
                               : a.cpu_experts == "fast" ? CpuExperts::fast
                                                         : CpuExperts::reference;
-  options.model.progress = [&](const std::string& what) { progress.show("loading " + a.model_dir + ": " + what); };
+  options.model.progress = [&](int64_t loaded, int64_t layers) {
+    progress.show_bar("loading " + a.model_dir, loaded, layers, "layers");
+  };
   if (ep) {
     if (a.backend == "cpu") options.model.cpu_experts = CpuExperts::reference;
     ep->install(options.model);

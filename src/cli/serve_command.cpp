@@ -17,6 +17,7 @@
 #include "bench/random_model_shapes.h"
 #include "commands.h"
 #include "generate_report.h"
+#include "progress_line.h"
 #include "moe/core/check.h"
 #include "moe/engine/engine.h"
 #include "server/server.h"
@@ -118,6 +119,10 @@ void run_serve(const ServeArgs& a) {
   // first so that it outlives the engine.
   std::unique_ptr<model::CausalLM> random_lm;
   std::unique_ptr<engine::Engine> engine;
+  cli::ProgressLine progress(true);
+  options.model.progress = [&](int64_t loaded, int64_t layers) {
+    progress.show_bar("loading " + (a.model_dir.empty() ? a.random_model : a.model_dir), loaded, layers, "layers");
+  };
   if (random_config) {
 #if MOE_WITH_CUDA
     options.model.max_batched_tokens = engine::moe_workspace_tokens(options);
@@ -127,6 +132,7 @@ void run_serve(const ServeArgs& a) {
   } else {
     engine = engine::Engine::load(dir, options);
   }
+  progress.clear();
   const std::string name = a.model_dir.empty() ? a.random_model : a.model_dir;
 
   server::ServerOptions server_options{

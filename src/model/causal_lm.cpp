@@ -56,8 +56,8 @@ class Model final : public CausalLM {
     const std::string vocab_why = fmt::format("vocab_size {}, hidden_size {}", V, H);
     embed_ = reader_.get("model.embed_tokens.weight", {V, H}, vocab_why);
     for (int64_t i = 0; i < c.num_layers; ++i) {
-      if (options.progress) options.progress(fmt::format("layer {}/{}", i + 1, c.num_layers));
       layers_.push_back(load_layer(i, options));
+      if (options.progress) options.progress(i + 1, c.num_layers);
     }
     final_norm_ = reader_.get_f32("model.norm.weight", {H}, "hidden_size");
     // NOTE: with tie_word_embeddings transformers uses the embedding as lm_head, even if the file has one.

@@ -309,6 +309,24 @@ TEST(GenerateCli, CpuExpertsFollowTheCheckpointDtype) {
   }
 }
 
+// The loading bar shows on a terminal (util-linux `script` gives the command one) and ends cleared; in a
+// pipe stderr stays free of it.
+TEST(GenerateCli, LoadingBarOnATerminalOnly) {
+  TempDir dir;
+  const std::string args = "--model " + (kModels / "qwen3_moe").string() + " --prompt-ids 5,6 --max-new-tokens 1";
+  const fs::path typescript = dir / "terminal.txt";
+  const CommandResult tty = run_command(
+      dir.path(), "(script -qec " + shell_quote(std::string(MOE_BINARY) + " generate " + args) + " /dev/null >" +
+                      typescript.string() + ")");
+  ASSERT_EQ(tty.exit_code, 0) << tty.err;
+  const std::string shown = read_file(typescript);
+  EXPECT_NE(shown.find("[###############...............] 1/2 layers"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("[##############################] 2/2 layers\r\033[K"), std::string::npos) << shown;
+  const auto piped = generate(dir, args);
+  EXPECT_SUCCESS(piped);
+  EXPECT_EQ(piped.result.err.find("layers"), std::string::npos) << piped.result.err;
+}
+
 TEST(GenerateCli, HelpSaysPromptRepeats) {
   TempDir dir;
   const auto o = generate(dir, "--help");

@@ -51,8 +51,9 @@ struct ModelOptions {
   quant::WeightFormat cpu_weights = quant::WeightFormat::bf16;
   // The CUDA MoE blocks' workspace, in tokens; a larger forward runs its MoE blocks in chunks of this size.
   int64_t max_batched_tokens = 4096;
-  // Called while loading with a short description ("layer 3/48") for a progress line; may be empty.
-  std::function<void(const std::string&)> progress;
+  // Called while loading, after each decoder layer, with the layers loaded and the model's (a progress
+  // bar's figures); may be empty.
+  std::function<void(int64_t loaded, int64_t layers)> progress;
   // When set, makes the MoE block of decoder layer `layer` from its config and checkpoint weights instead
   // of the backend's own: the returned function maps x [T, H] F32 (after post_attention_layernorm) to
   // hidden_states [T, H] F32 and topk [T, k]. Expert parallelism plugs in here (engine/expert_parallel.h).
