@@ -29,6 +29,17 @@ Tensor to_device(const Tensor& x, DType dtype, cudaStream_t stream) {
   return out;
 }
 
+Tensor to_device(const Tensor& x, DType dtype, cudaStream_t stream, PinnedUpload& upload) {
+  MOE_CUDA_REQUIRE(x.device() == Device::cpu, "to_device: the tensor is already on the device");
+  const Tensor host = x.dtype() == dtype && x.is_contiguous() ? x : x.to(dtype);
+  Tensor out = device_empty(dtype, host.shape(), stream);
+  // NOTE: the allocation is ordered on `stream`, the copy on the upload's own: the one waits for the other.
+  MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  upload.copy(out.data(), host.data(), host.nbytes());
+  upload.finish();
+  return out;
+}
+
 Tensor HostStaging::to_host(const Tensor& x, cudaStream_t stream) {
   MOE_CUDA_REQUIRE(x.device() == Device::cuda && x.is_contiguous(),
                    "to_host: needs a contiguous device tensor");

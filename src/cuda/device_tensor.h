@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "cuda/pinned_upload.h"
 #include "moe/core/tensor.h"
 
 namespace moe::cuda {
@@ -18,6 +19,9 @@ namespace moe::cuda {
 Tensor device_empty(DType dtype, std::vector<int64_t> shape, cudaStream_t stream);
 // A device copy of host tensor x in `dtype` (converted on the host first, round-to-nearest-even).
 Tensor to_device(const Tensor& x, DType dtype, cudaStream_t stream);
+// The same through `upload`'s page-locked chunks (a checkpoint's weights at load: the next chunk is read
+// from the memory map while the last one crosses PCIe); the tensor is ready to use on `stream` when it returns.
+Tensor to_device(const Tensor& x, DType dtype, cudaStream_t stream, PinnedUpload& upload);
 
 // Host copies into page-locked buffers, each reused once no tensor views it any more: a decode step's
 // logits come back at the link's rate into pages already mapped (the 4-layer Qwen3-30B-A3B shape on the

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda/check.h"
+#include "cuda/pinned_upload.h"
 #include "moe/core/check.h"
 
 namespace moe::cuda {
@@ -41,19 +42,27 @@ void upload_mlps(const std::vector<const SwigluWeights*>& mlps, int64_t H, int64
   w13 = DeviceBuffer<bf16>(mlps.size() * 2 * I * H);
   w2 = DeviceBuffer<bf16>(mlps.size() * H * I);
   if (!mlps.empty() && mlps[0]->gate.device() == Device::cuda) return copy_device_mlps(mlps, H, I, w13, w2);
-  std::vector<uint16_t> gate_up(2 * I * H), down(H * I);  // one MLP, padded, bf16 bits
+  // NOTE: bf16 rows go from the checkpoint's memory map into the padded layout as they are (through the
+  // upload's page-locked chunks); another dtype is converted once, on the host.
+  PinnedUpload upload;
+  upload.zero(w13.get(), w13.size() * sizeof(bf16));
+  upload.zero(w2.get(), w2.size() * sizeof(bf16));
+  const auto rows_of = [&](const Tensor& t, bf16* dst, size_t dst_pitch) {
+    MOE_CHECK(t.dim() == 2 && t.size(1) * sizeof(bf16) <= dst_pitch,
+              "upload_mlps: an expert weight {} does not fit rows of {} values", t.shape_string(),
+              dst_pitch / sizeof(bf16));
+    const Tensor b = t.dtype() == DType::BF16 && t.strides().back() == 1 ? t : t.to(DType::BF16);
+    upload.copy_rows(dst, dst_pitch, b.data(), b.strides()[0] * sizeof(bf16), b.size(1) * sizeof(bf16),
+                     b.size(0));
+  };
   for (size_t e = 0; e < mlps.size(); ++e) {
-    const int64_t rows = mlps[e]->gate.size(0);  // the MLP's true intermediate size
-    const Tensor gate = mlps[e]->gate.to(DType::BF16), up = mlps[e]->up.to(DType::BF16);
-    const Tensor w_down = mlps[e]->down.to(DType::BF16);  // [H, rows]
-    std::fill(gate_up.begin(), gate_up.end(), uint16_t{0});
-    std::fill(down.begin(), down.end(), uint16_t{0});
-    std::copy_n(gate.data_as<uint16_t>(), rows * H, gate_up.begin());
-    std::copy_n(up.data_as<uint16_t>(), rows * H, gate_up.begin() + I * H);
-    for (int64_t h = 0; h < H; ++h) std::copy_n(w_down.data_as<uint16_t>() + h * rows, rows, down.begin() + h * I);
-    w13.upload(reinterpret_cast<const bf16*>(gate_up.data()), gate_up.size(), e * 2 * I * H);
-    w2.upload(reinterpret_cast<const bf16*>(down.data()), down.size(), e * H * I);
+    const SwigluWeights& m = *mlps[e];
+    bf16* gate_up = w13.get() + e * 2 * I * H;
+    rows_of(m.gate, gate_up, H * sizeof(bf16));      // [rows, H] into [I, H]
+    rows_of(m.up, gate_up + I * H, H * sizeof(bf16));  // [rows, H] into [I, H]
+    rows_of(m.down, w2.get() + e * H * I, I * sizeof(bf16));  // [H, rows] into [H, I]
   }
+  upload.finish();
 }
 
 Fp8Mlps quantize_mlps_fp8(const DeviceBuffer<bf16>& w13, const DeviceBuffer<bf16>& w2, int64_t mlps, int64_t H,

@@ -8,6 +8,7 @@
 #include "cuda_decoder_ops.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -300,7 +301,8 @@ class CudaDecoderOps final : public model::DecoderOps {
   Tensor load_weight(const Tensor& view, bool fp32) override {
     const DType dtype = fp32 ? DType::F32 : DType::BF16;
     if (view.device() == Device::cuda) return weight(view, dtype);
-    return cuda::to_device(view, dtype, stream_);
+    if (!upload_) upload_.emplace();
+    return cuda::to_device(view, dtype, stream_, *upload_);
   }
 
   Tensor kv_blocks(std::vector<int64_t> shape) override {
@@ -350,6 +352,7 @@ class CudaDecoderOps final : public model::DecoderOps {
   }
 
   cudaStream_t stream_ = nullptr;  // the legacy default stream (CudaMoeBlock's too)
+  std::optional<cuda::PinnedUpload> upload_;  // load_weight's staging, made at the first weight
   cuda::DenseGemm gemm_;
   cuda::HostStaging staging_;  // the logits and the routing on their way back
   DeviceTable<int32_t, DType::I32> ids_, slots_, attention_tables_, rows_;
