@@ -4,21 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <numeric>
+#include <algorithm>
 #include <vector>
 
-#include "cuda/check.h"
 #include "cuda/device_buffer.h"
-#include "cuda/device_info.h"
 #include "cuda/pinned_upload.h"
+#include "cuda_test_util.h"
 
 namespace moe::test {
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                             \
-  do {                                                                 \
-    if (::moe::cuda::visible_gpus().empty()) GTEST_SKIP() << "no GPU"; \
-  } while (0)
 
 std::vector<uint8_t> download(const cuda::DeviceBuffer<uint8_t>& d) {
   std::vector<uint8_t> h(d.size());
@@ -33,7 +27,7 @@ std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
 }
 
 TEST(PinnedUpload, ContiguousCopiesLongerThanTheRing) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   cuda::PinnedUpload upload(/*chunk_bytes=*/1000, /*chunks=*/3);
   const std::vector<uint8_t> a = pattern(10'007, 1), b = pattern(999, 2);
   cuda::DeviceBuffer<uint8_t> d(a.size() + b.size());
@@ -46,7 +40,7 @@ TEST(PinnedUpload, ContiguousCopiesLongerThanTheRing) {
 }
 
 TEST(PinnedUpload, RowsIntoAWiderPitchAfterZeroing) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   for (const size_t chunk : {size_t{64}, size_t{100}, size_t{4096}}) {  // rows of 70 bytes: > and < a chunk
     cuda::PinnedUpload upload(chunk, 2);
     constexpr size_t kRows = 37, kRowBytes = 70, kSrcPitch = 90, kDstPitch = 128;
