@@ -3,7 +3,7 @@
 
 Checks, at R ranks: a skewed request's on-demand rebalance (POST /admin/rebalance) lowers the rank max/mean
 load that GET /admin/placement reports, under the same window; 16 streaming clients of skewed prompts while
-the placement rebalances every few steps, a burst of rebalance requests among them (one runs at a time: the
+the placement rebalances every few steps (the admin endpoints behind --api-key), a burst of rebalance requests among them (one runs at a time: the
 others get 409), and, at 4 ranks, /scale_elastic_ep from 4 to 2 and back while they stream, with a watcher
 checking that every expert is held by an active rank whenever it looks; every request completes and every
 greedy output (text and log-probabilities) equals the same request on one process, bit for bit. Then the
@@ -30,6 +30,7 @@ import openai
 
 MOE, MPIEXEC, MODEL, RANKS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 NAME = "fixture"
+KEY = "ep-secret"
 N_EXPERTS = json.load(open(os.path.join(MODEL, "config.json"))).get("num_experts", 16)
 EP_FLAGS = ["--enable-expert-parallel", "--num-redundant-experts", "2", "--eplb-min-gain", "0.01",
             "--eplb-window-steps", "4"]
@@ -52,13 +53,14 @@ class Server:
         self.port = int(match.group(2))
 
     def client(self):
-        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="unused", max_retries=0,
+        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=KEY, max_retries=0,
                              timeout=120)
 
-    def request(self, method, path, body=None):
+    def request(self, method, path, body=None, key=KEY):
         """(status, parsed JSON body) of one raw HTTP request."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        conn.request(method, path, body=b"" if body is None else json.dumps(body).encode())
+        conn.request(method, path, body=b"" if body is None else json.dumps(body).encode(),
+                     headers={"Authorization": f"Bearer {key}"})
         res = conn.getresponse()
         text = res.read().decode()
         conn.close()
@@ -107,7 +109,7 @@ def run_one(client, req):
 
 def expected():
     """Every request's output on one process, one at a time."""
-    s = Server()
+    s = Server("--api-key", KEY)
     try:
         return [run_one(s.client(), req) for req in REQUESTS]
     finally:
@@ -208,6 +210,13 @@ def test_scale_down_and_up_under_load(s, reference):
     assert all(all_held(p) for p in seen), [p for p in seen if not all_held(p)][:1]
 
 
+def test_admin_needs_the_key(s):
+    for method, path in (("POST", "/admin/rebalance"), ("GET", "/admin/placement"), ("POST", "/scale_elastic_ep")):
+        status, r = s.request(method, path, {"new_data_parallel_size": 1}, key="wrong")
+        assert status == 401 and r["error"]["code"] == 401, (path, status, r)
+    assert s.placement()["active_ranks"] == RANKS
+
+
 def test_bad_sizes(s):
     for body in ({"new_data_parallel_size": 0}, {"new_data_parallel_size": RANKS + 1}, {"size": 2}):
         status, r = s.request("POST", "/scale_elastic_ep", body)
@@ -279,9 +288,9 @@ def main():
         except Exception:
             failures.append(f"{test.__name__}:\n{traceback.format_exc()}")
 
-    s = Server(*EP_FLAGS, "--eplb-interval-steps", "3", ranks=RANKS)
+    s = Server(*EP_FLAGS, "--eplb-interval-steps", "3", "--api-key", KEY, ranks=RANKS)
     try:
-        for test in (test_rebalance_lowers_rank_load, test_bad_sizes):
+        for test in (test_rebalance_lowers_rank_load, test_admin_needs_the_key, test_bad_sizes):
             run(test, s)
         for test in (test_streams_while_rebalancing, test_scale_down_and_up_under_load):
             run(test, s, reference)
