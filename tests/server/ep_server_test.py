@@ -31,7 +31,8 @@ import openai
 MOE, MPIEXEC, MODEL, RANKS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 NAME = "fixture"
 KEY = "ep-secret"
-N_EXPERTS = json.load(open(os.path.join(MODEL, "config.json"))).get("num_experts", 16)
+CONFIG = json.load(open(os.path.join(MODEL, "config.json")))
+N_EXPERTS = CONFIG.get("num_experts", CONFIG.get("num_local_experts"))
 EP_FLAGS = ["--enable-expert-parallel", "--num-redundant-experts", "2", "--eplb-min-gain", "0.01",
             "--eplb-window-steps", "4"]
 
