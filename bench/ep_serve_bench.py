@@ -33,17 +33,20 @@ PROMPTS = [[7] * 12, [7, 7, 7, 7, 3], [11] * 5, [7] * 20, [3, 7] * 4, [7] * 9]
 
 
 def call(port, method, path, body=None):
+    """The JSON answer of one request (an error status stops the benchmark)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     conn.request(method, path, body=b"" if body is None else json.dumps(body).encode())
     res = conn.getresponse()
     text = res.read().decode()
     conn.close()
-    return res.status, text
+    if res.status != 200:
+        raise RuntimeError(f"{method} {path}: {res.status} {text}")
+    return json.loads(text) if path != "/metrics" else text
 
 
 def inter_token(port):
     """(sum, count) of the inter-token latency histogram."""
-    _, text = call(port, "GET", "/metrics")
+    text = call(port, "GET", "/metrics")
     value = lambda name: float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
     return value("moe:inter_token_latency_seconds_sum"), value("moe:inter_token_latency_seconds_count")
 
@@ -106,20 +109,19 @@ def main():
     port = int(re.search(r":(\d+)", proc.stdout.readline()).group(1))
     load = Load(port)
     time.sleep(1.0)
-    placement = lambda: json.loads(call(port, "GET", "/admin/placement")[1])
+    placement = lambda: call(port, "GET", "/admin/placement")
     imbalance = lambda p: max(p["rank_load_max_over_mean"].values())
     before = phase(port, load)
     x_before = imbalance(placement())
-    rebalance = json.loads(call(port, "POST", "/admin/rebalance")[1])
+    rebalance = call(port, "POST", "/admin/rebalance")
     after = phase(port, load)
     x_after = imbalance(placement())
     sizes = iter([RANKS // 2, RANKS] * 1000)
-    during = phase(port, load, lambda: json.loads(call(port, "POST", "/scale_elastic_ep",
-                                                       {"new_data_parallel_size": next(sizes)})[1]))
+    during = phase(port, load, lambda: call(port, "POST", "/scale_elastic_ep",
+                                            {"new_data_parallel_size": next(sizes)}))
     load.end()
     # The copies alone: scalings with no step between them (the loop copies a layer a round).
-    idle = [json.loads(call(port, "POST", "/scale_elastic_ep", {"new_data_parallel_size": n})[1])
-            for n in [RANKS // 2, RANKS] * 5]
+    idle = [call(port, "POST", "/scale_elastic_ep", {"new_data_parallel_size": n}) for n in [RANKS // 2, RANKS] * 5]
     leader = next(int(p) for p in subprocess.run(["ps", "--ppid", str(proc.pid), "-o", "pid="], capture_output=True,
                                                  text=True).stdout.split()
                   if b"OMPI_COMM_WORLD_RANK=0\0" in open(f"/proc/{p}/environ", "rb").read())

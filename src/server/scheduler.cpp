@@ -133,10 +133,13 @@ engine::StepPlan Scheduler::share(const std::vector<Submission>& submissions, co
 }
 
 void Scheduler::answer_admin(engine::AdminAnswer answer) {
+  // NOTE: free before the answer: a client that sends the next one as soon as it has this must not get 409.
+  {
+    std::lock_guard lock(mutex_);
+    epoch_busy_ = false;
+  }
   migrating_->set_value(std::move(answer));
   migrating_.reset();
-  std::lock_guard lock(mutex_);
-  epoch_busy_ = false;
 }
 
 void Scheduler::run() {
@@ -207,11 +210,11 @@ void Scheduler::loop() {
       if (!answer) {
         migrating_ = std::move(admin->answer);  // answered at the switch
       } else {
-        admin->answer.set_value(std::move(*answer));
         if (admin->action != engine::StepPlan::Admin::placement) {
           std::lock_guard lock(mutex_);
           epoch_busy_ = false;
         }
+        admin->answer.set_value(std::move(*answer));
       }
     }
     if (engine_.has_unfinished()) {
