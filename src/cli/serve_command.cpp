@@ -16,6 +16,8 @@
 #include "bench/bench_model.h"
 #include "bench/random_model_shapes.h"
 #include "commands.h"
+#include "engine/ep_serving.h"
+#include "engine/expert_parallel.h"
 #include "generate_report.h"
 #include "progress_line.h"
 #include "moe/core/check.h"
@@ -35,6 +37,9 @@ struct ServeArgs {
   int64_t max_model_len = 0, max_num_seqs = 256, max_num_batched_tokens = 2048;
   double gpu_memory_utilization = 0.9;
   std::string chat_template, trace_routing;
+  bool expert_parallel = false;  // --enable-expert-parallel, under mpirun
+  std::string placement;
+  engine::EplbOptions eplb;
 };
 
 // One JSON line per routing event (seq: the engine's request id); events may come from any thread.
@@ -102,6 +107,24 @@ void run_serve(const ServeArgs& a) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // Expert parallelism: every rank loads the model and runs every step on its own engine replica (attention
+  // replicated, the MoE blocks over the EP layer, engine/expert_parallel.h); rank 0 serves HTTP and shares
+  // each step's plan with the others (engine/ep_serving.h), which follow it until rank 0 stops.
+  MOE_CHECK(a.expert_parallel || (a.placement.empty() && a.eplb.interval_steps == 0),
+            "--placement and --eplb-interval-steps need --enable-expert-parallel");
+  MOE_CHECK(!a.expert_parallel || (a.backend == "cpu" && !random_config),
+            "--enable-expert-parallel serves on the CPU backend with a model directory so far: drop --backend "
+            "cuda and --random-model");
+  std::unique_ptr<engine::ExpertParallel> ep;  // outlives the engine, whose MoE blocks hold its communicator
+  if (a.expert_parallel) {
+    engine::EplbOptions eplb = a.eplb;
+    eplb.between_steps = true;
+    ep = std::make_unique<engine::ExpertParallel>(model::ModelBackend::cpu, a.placement,
+                                                  ep::EpWires{.dispatch = ep::Transfer::f32,
+                                                              .combine = ep::Transfer::f32},
+                                                  0, eplb);
+  }
+
   engine::EngineOptions options;
   options.max_num_seqs = a.max_num_seqs;
   options.max_num_batched_tokens = a.max_num_batched_tokens;
@@ -110,8 +133,13 @@ void run_serve(const ServeArgs& a) {
   options.kv_cache_memory_fraction = a.gpu_memory_utilization;
   options.model.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
   if (!random_config) options.model.cpu_experts = engine::default_cpu_experts(dir);
+  if (ep) {
+    options.model.cpu_experts = CpuExperts::reference;  // the EP layer's experts
+    options.kv_memory_bytes = engine::agreed_kv_memory(*ep);
+    ep->install(options.model);
+  }
   std::optional<RoutingTrace> trace;
-  if (!a.trace_routing.empty()) {
+  if (!a.trace_routing.empty() && (!ep || ep->rank() == 0)) {
     trace.emplace(a.trace_routing);
     options.on_routing = [&](const model::RoutingEvent& event) { trace->write(event); };
   }
@@ -134,12 +162,19 @@ void run_serve(const ServeArgs& a) {
   }
   progress.clear();
   const std::string name = a.model_dir.empty() ? a.random_model : a.model_dir;
+  std::optional<engine::EpServing> serving;
+  if (ep) serving.emplace(*ep);
+  if (serving && !serving->leader()) {
+    serving->follow(*engine);
+    return;
+  }
 
   server::ServerOptions server_options{
       .host = a.host,
       .port = a.port,
       .served_model_name = a.served_model_name.empty() ? name : a.served_model_name,
-      .api_key = a.api_key};
+      .api_key = a.api_key,
+      .ep = serving ? &*serving : nullptr};
   if (!a.chat_template.empty())
     server_options.chat_template = ChatTemplate::from_file(a.chat_template, dir);
   else if (!random_config && has_chat_template(dir))
@@ -154,10 +189,19 @@ void run_serve(const ServeArgs& a) {
     sigwait(&stop_signals, &signal);
     server.stop();
   });
-  fmt::print("serving {} on http://{}:{}\n", server_options.served_model_name, a.host, server.port());
+  fmt::print("serving {} on http://{}:{}{}\n", server_options.served_model_name, a.host, server.port(),
+             ep ? fmt::format(" (expert-parallel over {} ranks)", ep->size()) : "");
   std::fflush(stdout);
-  server.run();
+  // NOTE: run() throws when the expert-parallel ranks failed; the waiter is woken so that it ends first.
+  std::exception_ptr failed;
+  try {
+    server.run();
+  } catch (const Error&) {
+    failed = std::current_exception();
+    pthread_kill(waiter.native_handle(), SIGTERM);
+  }
   waiter.join();
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace
@@ -192,6 +236,29 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option(
       "--chat-template", args->chat_template,
       "a Jinja chat template file for /v1/chat/completions (default: the model's tokenizer_config.json)");
+  auto* ep = cmd->add_flag("--enable-expert-parallel", args->expert_parallel,
+                           "under mpirun -np R: the experts spread over the ranks (CPU reference experts, rows "
+                           "over MPI), rank 0 serves HTTP; adds /admin/rebalance, /admin/placement, "
+                           "/scale_elastic_ep");
+  cmd->add_option("--placement", args->placement,
+                  "--enable-expert-parallel: placement JSON (which experts each rank holds); default contiguous");
+  cmd->add_option("--eplb-interval-steps", args->eplb.interval_steps,
+                  "--enable-expert-parallel: rebalance every this many steps (0: only on POST /admin/rebalance)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(ep);
+  cmd->add_option("--eplb-window-steps", args->eplb.window_steps,
+                  "--enable-expert-parallel: the load window of rebalancing, in steps (default 1000)")
+      ->check(CLI::PositiveNumber)
+      ->needs(ep);
+  cmd->add_option("--num-redundant-experts", args->eplb.redundant_experts,
+                  "--enable-expert-parallel: spare expert slots per layer for replicas of hot experts (default 0)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(ep);
+  cmd->add_option("--eplb-min-gain", args->eplb.min_gain,
+                  "--enable-expert-parallel: move experts only when predicted max/mean rank load improves by at "
+                  "least this (default 0.05)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(ep);
   cmd->add_option(
       "--trace-routing", args->trace_routing,
       "write every routing decision as a JSON line: seq (request id), pos, token, layer, experts, weights");

@@ -34,6 +34,8 @@ void check_options(const EngineOptions& options) {
             options.kv_cache_blocks);
   MOE_CHECK(options.kv_cache_memory_fraction >= 0.0 && options.kv_cache_memory_fraction <= 1.0,
             "kv_cache_memory_fraction must be in [0, 1], got {}", options.kv_cache_memory_fraction);
+  MOE_CHECK(options.kv_memory_bytes >= 0, "kv_memory_bytes must be >= 0 (0: what the model finds), got {}",
+            options.kv_memory_bytes);
 }
 
 // Row `row` of logits [rows, vocab] F32.
@@ -130,9 +132,9 @@ Engine::Engine(std::unique_ptr<model::CausalLM> owned, model::CausalLM& model, s
   int64_t blocks = options_.kv_cache_blocks;
   if (blocks == 0) {
     blocks = checked_mul(options_.max_num_seqs, per_sequence, "KV cache blocks");
+    const int64_t memory = options_.kv_memory_bytes > 0 ? options_.kv_memory_bytes : model_->kv_memory_available();
     if (options_.kv_cache_memory_fraction > 0.0)
-      blocks = std::min(blocks, static_cast<int64_t>(options_.kv_cache_memory_fraction *
-                                                     static_cast<double>(model_->kv_memory_available()) /
+      blocks = std::min(blocks, static_cast<int64_t>(options_.kv_cache_memory_fraction * static_cast<double>(memory) /
                                                      static_cast<double>(probe->block_bytes())));
   }
   MOE_CHECK(blocks >= per_sequence,

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "ep/data_parallel.h"
@@ -73,13 +74,14 @@ ExpertParallel::ExpertParallel(model::ModelBackend backend, std::string placemen
       "--eplb-interval-steps {} and --num-redundant-experts {} must be at least 0, --eplb-window-steps {} at "
       "least 1, --eplb-min-gain {} at least 0",
       eplb_.interval_steps, eplb_.redundant_experts, eplb_.window_steps, eplb_.min_gain);
-  MOE_CHECK(eplb_.interval_steps == 0 || !gpus,
-            "--eplb-interval-steps: elastic placement runs on the CPU backend only so far; drop it or "
-            "--backend cuda");
-  MOE_CHECK(eplb_.interval_steps == 0 || wires_.dispatch == ep::Transfer::f32,
+  MOE_CHECK(!eplb_.elastic() || !gpus,
+            "--eplb-interval-steps (and moe serve --enable-expert-parallel): elastic placement runs on the CPU "
+            "backend only so far; drop it or --backend cuda");
+  MOE_CHECK(!eplb_.elastic() || wires_.dispatch == ep::Transfer::f32,
             "--eplb-interval-steps keeps outputs bit-identical to one rank with the f32 dispatch wire: drop "
             "--ep-transfer");
   host_ = ep::make_mpi_communicator();
+  active_ranks_ = host_->size();
   if (gpus) device_ = ep::make_nccl_communicator(*host_);
 }
 
@@ -91,12 +93,12 @@ void ExpertParallel::install(model::ModelOptions& options) {
     // Elastic without a file: experts that do not divide over the ranks start evenly spread (the first
     // ranks one more), since the rebalancing gives every rank its share of slots anyway.
     ep::Placement placement =
-        eplb_.interval_steps > 0 && placement_file_.empty() && E % size() != 0
+        eplb_.elastic() && placement_file_.empty() && E % size() != 0
             ? ep::load_aware_placement(std::vector<int64_t>(E, 1), size(), (E + size() - 1) / size())
             : ep::resolve_placement(placement_file_, E, size());
     if (!placement_) placement_ = placement;
     auto totals = std::make_shared<ep::ExchangeStats>();
-    if (eplb_.interval_steps > 0) {
+    if (eplb_.elastic()) {
       MOE_CHECK(int64_t{eplb_.redundant_experts} <= int64_t{E} * (size() - 1),
                 "--num-redundant-experts {}: {} experts on {} ranks have room for at most {} replicas (a "
                 "rank holds "
@@ -142,11 +144,15 @@ std::shared_ptr<ep::EpLayer> ExpertParallel::build_layer(const Live& live) {
       *host_, live.config, std::move(weights), live.placement, ep::Transfer::f32, ep::CombineMode::per_pair));
 }
 
+void ExpertParallel::ensure_window() {
+  if (!window_)
+    window_ = std::make_unique<ep::LoadWindow>(static_cast<int>(blocks_.size()),
+                                               blocks_[0].live->config.router.n_experts, eplb_.window_steps);
+}
+
 void ExpertParallel::after_block(size_t block, const LayerOutput& out) {
   const int n_blocks = static_cast<int>(blocks_.size());
-  if (!window_)
-    window_ = std::make_unique<ep::LoadWindow>(n_blocks, blocks_[0].live->config.router.n_experts,
-                                               eplb_.window_steps);
+  ensure_window();
   // This rank's tokens only (every rank holds the whole batch's ids); the collective sums the ranks.
   const int64_t k = out.topk.ids.size(1);
   const ep::TokenRange mine = ep::token_range(out.topk.ids.size(0), rank(), size());
@@ -155,13 +161,41 @@ void ExpertParallel::after_block(size_t block, const LayerOutput& out) {
                   {ids + mine.begin * k, static_cast<size_t>((mine.end - mine.begin) * k)});
   if (static_cast<int>(block) != n_blocks - 1) return;
   window_->end_step();
-  if (++steps_ % eplb_.interval_steps == 0) rebalance();
+  if (eplb_.interval_steps == 0 || ++steps_ % eplb_.interval_steps != 0) return;
+  if (eplb_.between_steps)
+    due_ = true;
+  else
+    rebalance();
 }
 
 void ExpertParallel::rebalance() {
-  const auto start = std::chrono::steady_clock::now();
-  const std::vector<std::vector<int64_t>> load = window_->summed(*host_);
-  EpochRecord record{.epoch = static_cast<int>(epochs_.size()) + 1, .step = steps_};
+  if (!begin_epoch(active_ranks_, eplb_.min_gain).move) return;
+  while (!advance_migration()) {
+  }
+}
+
+std::vector<std::vector<int64_t>> ExpertParallel::window_load() {
+  ensure_window();
+  return window_->summed(*host_);
+}
+
+std::vector<std::pair<int64_t, ep::Placement>> ExpertParallel::layer_placements() const {
+  std::vector<std::pair<int64_t, ep::Placement>> out;
+  for (const Block& block : blocks_) out.emplace_back(block.layer, block.live->placement);
+  return out;
+}
+
+EpochPlan ExpertParallel::begin_epoch(int active_ranks, double min_gain) {
+  MOE_CHECK(!pending_, "a migration to epoch {} is under way: wait for its switch", epochs_.size() + 1);
+  MOE_CHECK(active_ranks >= 1 && active_ranks <= size(), "{} active ranks: give 1 to {} (the ranks launched)",
+            active_ranks, size());
+  due_ = false;
+  Pending pending;
+  pending.record.epoch = static_cast<int>(epochs_.size()) + 1;
+  pending.record.step = steps_;
+  pending.start = std::chrono::steady_clock::now();
+  pending.active_ranks = active_ranks;
+  const std::vector<std::vector<int64_t>> load = window_load();
   // Pairs each rank served per block since the last decision: the interval just ended.
   const size_t R = static_cast<size_t>(size());
   std::vector<int64_t> served(blocks_.size() * R, 0);  // [blocks][R]
@@ -178,47 +212,82 @@ void ExpertParallel::rebalance() {
     while (blocks_[i].layer != layer) ++i;
     return i;
   };
+  // Every rank decides the same from the same sums; nothing is recorded until every layer's decision
+  // passes (a refusal leaves the state as it was).
+  const bool scaling = active_ranks != active_ranks_;
+  EpochPlan plan;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Live& live = *blocks_[i].live;
+    std::vector<int64_t> layer_load = load[i];
+    const bool idle = std::all_of(layer_load.begin(), layer_load.end(), [](int64_t l) { return l == 0; });
+    if (scaling && idle) layer_load.assign(layer_load.size(), 1);
+    const int E = live.config.router.n_experts;
+    const ep::RebalanceDecision d = ep::rebalance_layer(
+        layer_load, live.placement,
+        {.n_ranks = size(),
+         .active_ranks = active_ranks,
+         // NOTE: fewer active ranks have room for fewer replicas (one per rank): the spare slots shrink.
+         .redundant_slots = static_cast<int>(std::min<int64_t>(eplb_.redundant_experts, int64_t{E} * (active_ranks - 1))),
+         .min_gain = scaling ? 0.0 : min_gain});
+    plan.predicted_max_over_mean = std::max(plan.predicted_max_over_mean, d.max_over_mean_after);
+    try {
+      ep::check_active_coverage(d.placement, active_ranks);
+    } catch (const Error& e) {
+      MOE_FAIL("layer {}: {}: refused, nothing moved", blocks_[i].layer, e.what());
+    }
+    if (!d.move) continue;
+    plan.moved_experts += d.moved_experts;
+    pending.record.moved_experts += d.moved_experts;
+    pending.record.layers.push_back({.layer = blocks_[i].layer,
+                                     .before = ep::rank_loads(live.placement, load[i]),
+                                     .after = ep::rank_loads(d.placement, load[i]),
+                                     .served_before = interval(i),
+                                     .served_after = {}});
+    pending.moves.emplace_back(i, d.placement);
+  }
   if (!epochs_.empty())
     for (EpochRecord::Layer& l : epochs_.back().layers)
       if (l.served_after.empty()) l.served_after = interval(block_of(l.layer));
-  // Every rank decides the same from the same sums; the copies go layer by layer into staging slots.
-  std::vector<std::pair<size_t, Live>> staged;
-  for (size_t i = 0; i < blocks_.size(); ++i) {
+  served_mark_ = std::move(served);
+  plan.move = !pending.moves.empty() || scaling;
+  if (plan.move) pending_ = std::move(pending);
+  return plan;
+}
+
+bool ExpertParallel::advance_migration() {
+  MOE_CHECK(pending_, "advance_migration without a migration under way: begin_epoch starts one");
+  Pending& p = *pending_;
+  if (p.next < p.moves.size()) {
+    // One layer's copies into staging slots; the layer that serves keeps its own weights until the switch.
+    const auto& [i, to] = p.moves[p.next++];
     const Live& live = *blocks_[i].live;
-    const ep::RebalanceDecision d = ep::rebalance_layer(
-        load[i], live.placement,
-        {.n_ranks = size(), .redundant_slots = eplb_.redundant_experts, .min_gain = eplb_.min_gain});
-    if (!d.move) continue;
     const ep::ExpertShape shape{.hidden = live.config.hidden_size,
                                 .intermediate = live.config.expert_intermediate_size,
                                 .dtype = live.slots.empty() ? DType::F32 : live.slots[0].gate.dtype()};
-    ep::Migration m = ep::migrate_experts(*host_, live.placement, d.placement, live.slots, shape);
+    ep::Migration m = ep::migrate_experts(*host_, live.placement, to, live.slots, shape);
     int64_t bytes[1] = {m.bytes_sent};
     host_->allreduce_sum(bytes);
-    record.bytes_moved += bytes[0];
-    record.moved_experts += d.moved_experts;
-    record.layers.push_back({.layer = blocks_[i].layer,
-                             .before = ep::rank_loads(live.placement, load[i]),
-                             .after = ep::rank_loads(d.placement, load[i]),
-                             .served_before = interval(i),
-                             .served_after = {}});
+    p.record.bytes_moved += bytes[0];
     Live next = live;
-    next.placement = d.placement;
+    next.placement = to;
     next.slots = std::move(m.slots);
-    staged.emplace_back(i, std::move(next));
+    p.staged.emplace_back(i, std::move(next));
+    if (p.next < p.moves.size()) return false;
   }
-  served_mark_ = std::move(served);
   // NOTE: a switch by some ranks only would route with tables the others lack: all switch here or none.
-  // The copies above are synchronous, so every rank is ready when it gets here; the agreement is the one
-  // point where ranks commit to the new epoch (with copies in the background it is where they wait).
-  if (staged.empty() || !ep::agree_switch(*host_, true)) return;
-  for (auto& [i, next] : staged) {
+  // Every rank has staged its copies when it gets here (they are synchronous, one layer a call); the
+  // agreement is the one point where ranks commit to the new epoch.
+  MOE_CHECK(ep::agree_switch(*host_, true), "the ranks did not agree to switch to epoch {}", p.record.epoch);
+  for (auto& [i, next] : p.staged) {
     next.layer = build_layer(next);
     *blocks_[i].live = std::move(next);  // the old layer and the weights only it held are freed here
   }
   placement_ = blocks_[0].live->placement;
-  record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  epochs_.push_back(std::move(record));
+  active_ranks_ = p.active_ranks;
+  p.record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
+  epochs_.push_back(std::move(p.record));
+  pending_.reset();
+  return true;
 }
 
 std::vector<EpLayerStats> ExpertParallel::gather_stats() {
@@ -244,7 +313,7 @@ nlohmann::ordered_json ExpertParallel::stats_json(const std::vector<EpLayerStats
   const std::vector<ep::ExchangeStats> all = over_layers(stats, size());
   for (int r = 0; r < size(); ++r) totals.push_back(rank_json(r, all[r]));
   j["per_rank"] = totals;
-  if (eplb_.interval_steps > 0) {
+  if (eplb_.elastic()) {
     j["epochs"] = nlohmann::ordered_json::array();
     for (const EpochRecord& e : epochs_) {
       nlohmann::ordered_json layers = nlohmann::ordered_json::object();

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,18 @@ struct EplbOptions {
   int window_steps = 1000;    // the load window: routing of the last this many steps
   int redundant_experts = 0;  // spare slots per layer for replicas of hot experts
   double min_gain = 0.05;     // move only when predicted max/mean rank load improves by at least this
+  // moe serve: the placement is elastic whatever interval_steps is (rebalances on demand, scaling), and a
+  // due rebalance runs from the serving loop between steps (begin_epoch, then advance_migration once a
+  // step: one layer's copies a step) rather than inside a step's last block.
+  bool between_steps = false;
+  bool elastic() const { return interval_steps > 0 || between_steps; }
+};
+
+// What begin_epoch decided.
+struct EpochPlan {
+  bool move = false;                   // a migration started (advance_migration switches to it)
+  int moved_experts = 0;               // (rank, expert) slots the copies will fill, over the layers
+  double predicted_max_over_mean = 1;  // the worst layer's predicted rank max/mean under the new placement
 };
 
 // One switch to a new placement: when, what moved, and each moved layer's per-rank load under the window
@@ -76,6 +89,8 @@ class ExpertParallel {
 
   int rank() const { return host_->rank(); }
   int size() const { return host_->size(); }
+  // The ranks' transport (for the collectives of a composition above, e.g. the serving loop's broadcast).
+  ep::Communicator& host() { return *host_; }
   // Sets options.moe_block; the blocks it makes hold references to this object's communicators, so the
   // model must be destroyed first.
   void install(model::ModelOptions& options);
@@ -90,6 +105,30 @@ class ExpertParallel {
   const std::vector<EpochRecord>& epochs() const { return epochs_; }
   // "rank 0 (experts 0-7): 412 pairs (51.5%), sent 98.0 KiB, received 91.3 KiB" per rank, over every layer.
   std::vector<std::string> summary(const std::vector<EpLayerStats>& stats) const;
+
+  // Elastic placement driven from outside the steps (EplbOptions::between_steps). Every rank calls these at
+  // the same point between the same steps: they are collective and decide the same everywhere.
+  const EplbOptions& eplb() const { return eplb_; }
+  // The ranks holding experts: 0 .. active_ranks()-1 (all of them until a scaling switch).
+  int active_ranks() const { return active_ranks_; }
+  // The current epoch: 0 at start, +1 at every switch.
+  int epoch() const { return static_cast<int>(epochs_.size()); }
+  // Whether interval_steps steps have run since the last decision (between_steps: the loop starts it).
+  bool rebalance_due() const { return due_; }
+  bool migrating() const { return pending_.has_value(); }
+  // Sums the load window and decides every layer for ranks 0 .. active_ranks-1 (1 to size()) with
+  // `min_gain`; a change of active ranks moves whenever the placement improves (a window without load
+  // counts every expert alike) and gives a joining rank its experts. Starts the migration when anything
+  // moves. Throws moe::Error (on every rank alike) while a migration is under way, for active_ranks out of
+  // range, or for a placement the policy or the coverage check refuses (nothing is copied then).
+  EpochPlan begin_epoch(int active_ranks, double min_gain);
+  // Copies the next moving layer's expert weights into staging slots (the old placement keeps serving);
+  // once every layer is staged, agrees the switch and switches: true then, epochs().back() the new epoch.
+  bool advance_migration();
+  // Every MoE block's decoder layer index and current placement, in layer order.
+  std::vector<std::pair<int64_t, ep::Placement>> layer_placements() const;
+  // The load window summed over the ranks: [blocks][experts], in layer order (zeros before any step).
+  std::vector<std::vector<int64_t>> window_load();
 
  private:
   // A block's current epoch: its layer, placement and this rank's slot weights (swapped at a switch).
@@ -110,13 +149,26 @@ class ExpertParallel {
   void after_block(size_t block, const LayerOutput& out);
   void rebalance();
   std::shared_ptr<ep::EpLayer> build_layer(const Live& live);
+  void ensure_window();
 
+  // A migration from its decision to its switch.
+  struct Pending {
+    EpochRecord record;
+    std::chrono::steady_clock::time_point start;
+    int active_ranks = 0;
+    std::vector<std::pair<size_t, ep::Placement>> moves;  // (block, new placement) of the moving layers
+    size_t next = 0;                                      // the next move to stage
+    std::vector<std::pair<size_t, Live>> staged;
+  };
   model::ModelBackend backend_;
   EplbOptions eplb_;
   std::unique_ptr<ep::LoadWindow> window_;
   int64_t steps_ = 0;
   std::vector<int64_t> served_mark_;  // [blocks][R] pairs served per rank up to the last decision
   std::vector<EpochRecord> epochs_;
+  int active_ranks_ = 0;
+  bool due_ = false;
+  std::optional<Pending> pending_;
   std::string placement_file_;
   ep::EpWires wires_;
   int64_t exchange_tokens_;

@@ -25,6 +25,10 @@ class Communicator {
   // Plain all-to-all (MPI_Alltoall semantics): send [size, block_bytes], block p to peer p; recv [size,
   // block_bytes], block p from peer p. The transport's floor for dispatch and combine (`moe bench --dispatch`).
   virtual void alltoall(const void* send, void* recv, int64_t block_bytes) = 0;
+  // data [bytes] of rank `root` copied to every rank's data [bytes] (MPI_Bcast semantics; every rank passes
+  // the same count). A rank may wait in it for long (a server's followers wait for the next step), so the
+  // transport waits without spinning a core.
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
 };
 
 // Whether this build has the MPI transport (MPI found at configure time).

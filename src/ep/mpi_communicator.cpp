@@ -1,7 +1,10 @@
 // The MPI transport (built only where CMake found MPI).
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
+#include <thread>
 #include <vector>
 
 #include "moe/core/check.h"
@@ -36,9 +39,16 @@ class MpiCommunicator final : public Communicator {
     int initialised = 0;
     MOE_MPI_CHECK(MPI_Initialized(&initialised));
     if (!initialised) {
-      // FUNNELED: only the main thread calls MPI; the thread pool does compute only.
+      // SERIALIZED: one thread calls MPI at a time, not always the one that initialised it (moe serve's
+      // scheduler thread steps the engine on rank 0); the thread pool does compute only.
       int provided = 0;
-      MOE_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+      MOE_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+      MOE_CHECK(provided >= MPI_THREAD_SERIALIZED,
+                "this MPI library gives thread level {}, below MPI_THREAD_SERIALIZED: use Open MPI or MPICH "
+                "built with thread support", provided);
+      // NOTE: errors return (and throw moe::Error: an `error:` line, exit 2) instead of aborting the job
+      // without a word; a peer that dies makes the launcher stop every rank.
+      MOE_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     }
     ++g_live_communicators;
     MOE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
@@ -72,6 +82,20 @@ class MpiCommunicator final : public Communicator {
               block_bytes);
     MOE_MPI_CHECK(MPI_Alltoall(send, static_cast<int>(block_bytes), MPI_BYTE, recv, static_cast<int>(block_bytes),
                                MPI_BYTE, MPI_COMM_WORLD));
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    MOE_CHECK(bytes >= 0 && bytes <= INT_MAX, "broadcast: {} bytes do not fit MPI's int count", bytes);
+    // NOTE: a blocking MPI_Bcast spins while it waits, which takes a core from the ranks that compute (and
+    // all of an idle server's): the non-blocking one, tested at once and then with sleeps growing to 1 ms.
+    MPI_Request request = MPI_REQUEST_NULL;
+    MOE_MPI_CHECK(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &request));
+    auto pause = std::chrono::microseconds(0);
+    for (int done = 0;;) {
+      MOE_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      if (pause.count() > 0) std::this_thread::sleep_for(pause);
+      pause = std::min(std::chrono::microseconds(1000), pause + std::chrono::microseconds(10));
+    }
   }
 
  private:

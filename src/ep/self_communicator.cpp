@@ -25,6 +25,9 @@ class SelfCommunicator final : public Communicator {
   void alltoall(const void* send, void* recv, int64_t block_bytes) override {
     if (block_bytes > 0) std::memcpy(recv, send, static_cast<size_t>(block_bytes));
   }
+  void broadcast(void*, int64_t, int root) override {
+    MOE_CHECK(root == 0, "broadcast on one rank: the root {} is not rank 0", root);
+  }
 };
 
 }  // namespace

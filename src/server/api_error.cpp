@@ -14,6 +14,8 @@ const char* error_type(int status) {
       return "MethodNotAllowedError";
     case 408:
       return "RequestTimeoutError";
+    case 409:
+      return "ConflictError";
     case 413:
       return "PayloadTooLargeError";
     case 429:

@@ -16,6 +16,7 @@
 #include "openai_request.h"
 #include "openai_response.h"
 #include "scheduler.h"
+#include "engine/ep_serving.h"
 
 namespace moe::server {
 
@@ -57,11 +58,18 @@ struct Server::Impl {
                                                                    const nlohmann::ordered_json& kwargs) {
         return chat.render(messages, /*add_generation_prompt=*/true, kwargs);
       };
-    scheduler = std::make_unique<Scheduler>(engine, metrics, this->options.max_waiting);
+    // NOTE: a transport failure ends the scheduler's loop from its own thread: the listener stops there (not
+    // stop(), which joins that thread), and run() reports the failure.
+    scheduler = std::make_unique<Scheduler>(engine, metrics, this->options.max_waiting, this->options.ep,
+                                            [this] { http.stop(); });
     routes();
+    if (this->options.ep) admin_routes();
   }
 
   void routes();
+  void admin_routes();
+  // Queues an admin action and answers with its result.
+  void admin(httplib::Response& res, engine::StepPlan::Admin action, int scale_to = 0);
   void completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   void respond_whole(const httplib::Request& req, httplib::Response& res, const ApiRequest& api,
                      Scheduler::Ticket ticket);
@@ -150,6 +158,37 @@ void Server::Impl::routes() {
   http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     completion(req, res, Endpoint::chat_completions);
   });
+}
+
+void Server::Impl::admin_routes() {
+  http.Post("/admin/rebalance", [this](const httplib::Request&, httplib::Response& res) {
+    admin(res, engine::StepPlan::Admin::rebalance);
+  });
+  http.Get("/admin/placement", [this](const httplib::Request&, httplib::Response& res) {
+    admin(res, engine::StepPlan::Admin::placement);
+  });
+  http.Post("/scale_elastic_ep", [this](const httplib::Request& req, httplib::Response& res) {
+    const int world = options.ep->world_size();
+    const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    const json* size = body.is_object() && body.contains("new_data_parallel_size") ? &body["new_data_parallel_size"]
+                                                                                    : nullptr;
+    if (!size || !size->is_number_integer() || size->get<int64_t>() < 1 || size->get<int64_t>() > world)
+      return send_error(res, 400,
+                        fmt::format("give {{\"new_data_parallel_size\": N}} with N from 1 to {} (the ranks "
+                                    "launched), got {}", world, req.body.substr(0, 200)),
+                        "new_data_parallel_size");
+    admin(res, engine::StepPlan::Admin::scale, size->get<int>());
+  });
+}
+
+void Server::Impl::admin(httplib::Response& res, engine::StepPlan::Admin action, int scale_to) {
+  try {
+    const engine::AdminAnswer answer = scheduler->admin(action, scale_to).get();
+    if (answer.status != 200) return send_error(res, answer.status, answer.error);
+    res.set_content(answer.body.dump(), "application/json");
+  } catch (const ApiError& e) {
+    send_error(res, e.status, e.what(), e.param);
+  }
 }
 
 void Server::Impl::completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
@@ -266,6 +305,9 @@ void Server::run() {
   // NOTE: a client that closes its socket mid-response must not kill the process with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   impl_->http.listen_after_bind();
+  if (!impl_->scheduler->failed()) return;
+  stop();
+  impl_->scheduler->rethrow_fatal();
 }
 
 void Server::stop() {

@@ -31,8 +31,9 @@ std::vector<Event> Channel::wait(std::chrono::milliseconds timeout) {
   return out;
 }
 
-Scheduler::Scheduler(engine::Engine& engine, Metrics& metrics, int64_t max_waiting)
-    : engine_(engine), metrics_(metrics), max_waiting_(max_waiting) {
+Scheduler::Scheduler(engine::Engine& engine, Metrics& metrics, int64_t max_waiting, engine::EpServing* ep,
+                     std::function<void()> on_fatal)
+    : engine_(engine), metrics_(metrics), max_waiting_(max_waiting), ep_(ep), on_fatal_(std::move(on_fatal)) {
   publish_gauges();
   thread_ = std::thread([this] { run(); });
 }
@@ -77,21 +78,107 @@ void Scheduler::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Scheduler::take_inbox(std::vector<Submission>& submissions, std::vector<uint64_t>& cancels) {
+std::future<engine::AdminAnswer> Scheduler::admin(engine::StepPlan::Admin action, int scale_to) {
+  MOE_CHECK(ep_, "admin actions need the expert-parallel ranks (moe serve --enable-expert-parallel)");
+  std::promise<engine::AdminAnswer> answer;
+  std::future<engine::AdminAnswer> future = answer.get_future();
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) throw ApiError(503, "the server is shutting down");
+    if (action != engine::StepPlan::Admin::placement) {
+      if (epoch_busy_)
+        throw ApiError(409, "a rebalance or scaling is already under way: retry once it has switched");
+      epoch_busy_ = true;
+    }
+    admin_.push_back({.action = action, .scale_to = scale_to, .answer = std::move(answer)});
+  }
+  wake_.notify_all();
+  return future;
+}
+
+void Scheduler::rethrow_fatal() const {
+  if (fatal_) std::rethrow_exception(fatal_);
+}
+
+void Scheduler::take_inbox(std::vector<Submission>& submissions, std::vector<uint64_t>& cancels,
+                           std::optional<AdminRequest>& admin) {
   std::unique_lock lock(mutex_);
-  wake_.wait(lock,
-             [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || engine_.has_unfinished(); });
+  wake_.wait(lock, [&] {
+    return stopping_ || !inbox_.empty() || !cancels_.empty() || !admin_.empty() || engine_.has_unfinished() ||
+           (ep_ && ep_->busy());
+  });
   submissions.swap(inbox_);
   cancels.swap(cancels_);
+  if (!admin_.empty()) {
+    admin.emplace(std::move(admin_.front()));
+    admin_.pop_front();
+  }
+}
+
+engine::StepPlan Scheduler::share(const std::vector<Submission>& submissions, const std::vector<uint64_t>& cancels,
+                                  const std::optional<AdminRequest>& admin) {
+  engine::StepPlan plan;
+  for (const Submission& s : submissions) plan.submit.push_back({.ticket = s.key, .request = s.request});
+  plan.cancel = cancels;
+  if (admin) {
+    plan.admin = admin->action;
+    plan.scale_to = admin->scale_to;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    plan.stop = stopping_;
+  }
+  ep_->share(plan);
+  return plan;
+}
+
+void Scheduler::answer_admin(engine::AdminAnswer answer) {
+  // NOTE: free before the answer: a client that sends the next one as soon as it has this must not get 409.
+  {
+    std::lock_guard lock(mutex_);
+    epoch_busy_ = false;
+  }
+  migrating_->set_value(std::move(answer));
+  migrating_.reset();
 }
 
 void Scheduler::run() {
+  try {
+    loop();
+  } catch (const Error& e) {
+    // The ranks cannot run together any more (a transport error): every request ends with the error, the
+    // server stops, and the command reports it.
+    fatal_ = std::current_exception();
+    failed_ = true;
+    fail_all(500, fmt::format("the expert-parallel ranks failed: {}", e.what()));
+    if (migrating_) answer_admin({.status = 500, .error = e.what()});
+    if (on_fatal_) on_fatal_();
+  }
+  fail_all(503, "the server is shutting down");
+  std::lock_guard lock(mutex_);
+  stopping_ = true;
+  for (Submission& s : inbox_) s.channel->push({.error_status = 503, .error = "the server is shutting down"});
+  inbox_.clear();
+  for (AdminRequest& a : admin_) a.answer.set_value({.status = 503, .error = "the server is shutting down"});
+  admin_.clear();
+  if (migrating_) {
+    migrating_->set_value({.status = 503, .error = "the server is shutting down"});
+    migrating_.reset();
+  }
+}
+
+void Scheduler::loop() {
   std::vector<Submission> submissions;
   std::vector<uint64_t> cancels;
   while (true) {
     submissions.clear();
     cancels.clear();
-    take_inbox(submissions, cancels);
+    std::optional<AdminRequest> admin;
+    take_inbox(submissions, cancels, admin);
+    // NOTE: across ranks the other ranks apply this plan in this order: submits, cancels, stop, the admin
+    // action, the step, the work between steps (engine/ep_serving.cpp, EpServing::follow).
+    engine::StepPlan plan;
+    if (ep_) plan = share(submissions, cancels, admin);
     for (Submission& s : submissions) {
       const auto prompt_tokens = static_cast<int64_t>(s.request.prompt.size());
       try {
@@ -112,9 +199,23 @@ void Scheduler::run() {
       engine_.cancel(it->second);
       finish(it->second, engine::FinishReason::cancelled);
     }
-    {
+    if (ep_) {
+      if (plan.stop) return;
+    } else {
       std::lock_guard lock(mutex_);
-      if (stopping_) break;
+      if (stopping_) return;
+    }
+    if (admin) {
+      std::optional<engine::AdminAnswer> answer = ep_->start_admin(plan);
+      if (!answer) {
+        migrating_ = std::move(admin->answer);  // answered at the switch
+      } else {
+        if (admin->action != engine::StepPlan::Admin::placement) {
+          std::lock_guard lock(mutex_);
+          epoch_busy_ = false;
+        }
+        admin->answer.set_value(std::move(*answer));
+      }
     }
     if (engine_.has_unfinished()) {
       try {
@@ -125,11 +226,9 @@ void Scheduler::run() {
       }
     }
     publish_gauges();
+    if (ep_)
+      if (std::optional<engine::AdminAnswer> answer = ep_->between_steps()) answer_admin(std::move(*answer));
   }
-  fail_all(503, "the server is shutting down");
-  std::lock_guard lock(mutex_);
-  for (Submission& s : inbox_) s.channel->push({.error_status = 503, .error = "the server is shutting down"});
-  inbox_.clear();
 }
 
 void Scheduler::deliver(const engine::StepResult& step) {

@@ -3,6 +3,8 @@
 //   POST /v1/completions, POST /v1/chat/completions   (stream: server-sent events)
 //   GET /v1/models, GET /health, GET /metrics          (Prometheus text; src/server/metrics.h names the
 //   series)
+//   across ranks (ServerOptions::ep): POST /admin/rebalance, GET /admin/placement, POST /scale_elastic_ep
+//   (409: a rebalance or scaling already under way, or a placement refused; 400: a size outside 1 .. ranks)
 // Errors are OpenAI's error object with the status: 400 bad JSON or field, 404 unknown model or path, 401
 // missing or wrong bearer token (with api_key set; every endpoint but /health), 413 a body over
 // kMaxBodyBytes, 503 a full queue or a stopping server.
@@ -14,6 +16,10 @@
 #include <string>
 
 #include "moe/engine/engine.h"
+
+namespace moe::engine {
+class EpServing;  // engine/ep_serving.h
+}
 #include "text/chat_template.h"
 
 namespace moe::server {
@@ -30,6 +36,9 @@ struct ServerOptions {
   std::optional<ChatTemplate> chat_template{};
   // The most requests waiting for a sequence before new ones are refused (503); 0: the engine's max_num_seqs.
   int64_t max_waiting = 0;
+  // Rank 0 of the expert-parallel ranks (moe serve --enable-expert-parallel): every step is shared with the
+  // other ranks, and the admin endpoints exist. Must outlive the server.
+  engine::EpServing* ep = nullptr;
 };
 
 class Server {
@@ -44,7 +53,8 @@ class Server {
   void bind();
   // The port bound (after bind()).
   int port() const;
-  // Answers requests until stop(); blocks.
+  // Answers requests until stop(); blocks. Throws moe::Error when the expert-parallel ranks failed (the
+  // server has stopped then).
   void run();
   // From any thread: unfinished requests are answered with an error (503), the listener closes, run()
   // returns.

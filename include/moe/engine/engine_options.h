@@ -29,6 +29,10 @@ struct EngineOptions {
   // When > 0 (and kv_cache_blocks is 0), the KV cache takes at most this fraction of the host's available
   // memory at load (the pool lives in host memory).
   double kv_cache_memory_fraction = 0.0;
+  // When > 0, the memory that fraction is of, instead of what the model finds available at load: ranks that
+  // run one engine replica each (moe serve --enable-expert-parallel) pass one agreed value, so that their
+  // pools, and so their schedules, are the same.
+  int64_t kv_memory_bytes = 0;
   // Called for every (token, MoE layer) of the prompts and of the generated tokens run through the model
   // (each request's last token never is), with RoutingEvent::seq the request's id; may be empty. May be
   // called from several threads at once.
