@@ -64,12 +64,16 @@ std::vector<Tensor> HostStaging::to_host_all(std::span<const Tensor> xs, cudaStr
   constexpr size_t kAlign = 64;  // each copy starts on its own cache line
   std::vector<size_t> offsets;
   size_t bytes = 0;
+  bool on_device = false;
   for (const Tensor& x : xs) {
     offsets.push_back(bytes);
     if (x.device() != Device::cuda) continue;
+    on_device = true;
     MOE_CUDA_REQUIRE(x.is_contiguous(), "to_host_all: needs contiguous device tensors");
     bytes += (x.nbytes() + kAlign - 1) / kAlign * kAlign;
   }
+  // NOTE: nothing on the device (a forward without a routing observer): no buffer and no wait.
+  if (!on_device) return {xs.begin(), xs.end()};
   if (together_.data.use_count() > 1 || together_.bytes < bytes) {
     void* p = nullptr;
     MOE_CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 16)));

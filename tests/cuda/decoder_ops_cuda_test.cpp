@@ -259,6 +259,11 @@ TEST_F(CudaOps, HostCopiesTogetherStayValidWhileHeld) {
   }
   expect_close(up(first[0].to_f32()), a, "to_host_all held a", 0);
   expect_close(up(first[2].to_f32()), c, "to_host_all held c", 0);
+  const std::vector<Tensor> host_only = gpu_->to_host_all(std::vector<Tensor>{a, b});  // nothing to copy
+  ASSERT_EQ(host_only.size(), 2u);
+  EXPECT_EQ(host_only[0].data(), a.data());
+  EXPECT_EQ(host_only[1].data(), b.data());
+  EXPECT_TRUE(gpu_->to_host_all({}).empty());
 }
 
 TEST_F(CudaOps, MlaAbsorbedProducts) {
