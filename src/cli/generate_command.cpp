@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "progress_line.h"
 #include "ep_wires.h"
+#include "eplb_flags.h"
 #include "error_report.h"
 #include "generate_report.h"
 #include "validators.h"
@@ -332,23 +333,9 @@ Run add_generate_command(CLI::App& app) {
                   "--ep: wire format of the partial sums sent back, bf16 (the GPU default) or f32 (the CPU's only "
                   "one; on GPUs the tokens then equal one GPU's up to fp32 addition order)")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  auto* eplb =
-      cmd->add_option("--eplb-interval-steps", args->eplb.interval_steps,
-                      "--ep: rebalance the placement every this many model steps (CPU; 0: fixed); --stats "
-                      "then lists the epochs")
-          ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--eplb-window-steps", args->eplb.window_steps,
-                  "--ep: the load window of rebalancing, in steps")
-      ->check(CLI::PositiveNumber)
-      ->needs(eplb);
-  cmd->add_option("--num-redundant-experts", args->eplb.redundant_experts,
-                  "--ep: spare expert slots per layer for replicas of hot experts")
-      ->check(CLI::NonNegativeNumber)
-      ->needs(eplb);
-  cmd->add_option("--eplb-min-gain", args->eplb.min_gain,
-                  "--ep: move experts only when predicted max/mean rank load improves by at least this")
-      ->check(CLI::NonNegativeNumber)
-      ->needs(eplb);
+  const EplbFlags eplb =
+      add_eplb_flags(*cmd, args->eplb, "--ep: ", "CPU; 0: fixed; --stats then lists the epochs");
+  for (CLI::Option* flag : {eplb.window, eplb.redundant, eplb.min_gain}) flag->needs(eplb.interval);
   return [args, temperature, top_p, top_k, seed] {
     args->has_temperature = temperature->count() > 0;
     args->has_top_p = top_p->count() > 0;

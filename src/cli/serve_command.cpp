@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "engine/ep_serving.h"
 #include "engine/expert_parallel.h"
+#include "eplb_flags.h"
 #include "generate_report.h"
 #include "progress_line.h"
 #include "moe/core/check.h"
@@ -242,23 +243,9 @@ Run add_serve_command(CLI::App& app) {
                            "/scale_elastic_ep");
   cmd->add_option("--placement", args->placement,
                   "--enable-expert-parallel: placement JSON (which experts each rank holds); default contiguous");
-  cmd->add_option("--eplb-interval-steps", args->eplb.interval_steps,
-                  "--enable-expert-parallel: rebalance every this many steps (0: only on POST /admin/rebalance)")
-      ->check(CLI::NonNegativeNumber)
-      ->needs(ep);
-  cmd->add_option("--eplb-window-steps", args->eplb.window_steps,
-                  "--enable-expert-parallel: the load window of rebalancing, in steps (default 1000)")
-      ->check(CLI::PositiveNumber)
-      ->needs(ep);
-  cmd->add_option("--num-redundant-experts", args->eplb.redundant_experts,
-                  "--enable-expert-parallel: spare expert slots per layer for replicas of hot experts (default 0)")
-      ->check(CLI::NonNegativeNumber)
-      ->needs(ep);
-  cmd->add_option("--eplb-min-gain", args->eplb.min_gain,
-                  "--enable-expert-parallel: move experts only when predicted max/mean rank load improves by at "
-                  "least this (default 0.05)")
-      ->check(CLI::NonNegativeNumber)
-      ->needs(ep);
+  const EplbFlags eplb = add_eplb_flags(*cmd, args->eplb, "--enable-expert-parallel: ",
+                                        "0: only on POST /admin/rebalance");
+  for (CLI::Option* flag : {eplb.interval, eplb.window, eplb.redundant, eplb.min_gain}) flag->needs(ep);
   cmd->add_option(
       "--trace-routing", args->trace_routing,
       "write every routing decision as a JSON line: seq (request id), pos, token, layer, experts, weights");
