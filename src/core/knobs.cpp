@@ -93,6 +93,8 @@ Knobs Knobs::from_env() {
   k.decode_prefetch = env_integer(
       "MOE_DECODE_PREFETCH", 0, kMaxBytes,
       "the bytes of down weights the fused decode kernel prefetches into L2 before its second barrier");
+  k.skinny_gemm_max_rows = env_integer("MOE_SKINNY_GEMM_MAX_ROWS", 0, 8,
+                                       "the most rows the decoder's dense GEMMs take as GEMVs (0: none)");
 
   k.tile_rows = env_integer("MOE_TILE_ROWS", 0, 128,
                             "the grouped GEMMs' tile rows (16, 32, 48, 64 or 128; 0: by rows per expert)");

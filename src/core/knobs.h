@@ -49,6 +49,7 @@ struct Knobs {
   std::optional<int64_t> permute_chunked_from;   // MOE_PERMUTE_CHUNKED_FROM: 1..kPermuteChunkedFromMax pairs
   std::optional<int64_t> decode_max_tokens;      // MOE_DECODE_MAX_TOKENS: 0..kDecodeMaxTokensMax (0: off)
   std::optional<int64_t> decode_prefetch;        // MOE_DECODE_PREFETCH: 0..2^30 bytes
+  std::optional<int64_t> skinny_gemm_max_rows;   // MOE_SKINNY_GEMM_MAX_ROWS: 0..8 (0: cuBLASLt at any rows)
 
   // cuda: the grouped GEMMs' plan (tile height, kernel, tuned table).
   std::optional<int64_t> tile_rows;            // MOE_TILE_ROWS: 0..128 (0: by rows per expert)

@@ -8,6 +8,8 @@
 
 #include "cuda/check.h"
 #include "cuda/device_buffer.h"
+#include "cuda/skinny_gemm.h"
+#include "core/knobs.h"
 
 namespace moe::cuda {
 
@@ -89,6 +91,10 @@ DenseGemm::~DenseGemm() = default;
 void DenseGemm::linear(const __nv_bfloat16* x, int64_t rows, int64_t in, const __nv_bfloat16* w, int64_t out,
                        void* y, bool y_f32, cudaStream_t stream) {
   if (rows == 0 || out == 0) return;
+  if (rows <= knobs().skinny_gemm_max_rows.value_or(kSkinnyGemmMaxRows) && skinny_gemm_takes(rows, in)) {
+    skinny_gemm(x, rows, in, w, out, y, y_f32, stream);
+    return;
+  }
   const Impl::Plan& p = impl_->plan(rows, in, out, y_f32);
   const float one = 1.0f, zero = 0.0f;
   check_lt(cublasLtMatmul(impl_->handle, p.op, &one, w, p.w, x, p.x, &zero, y, p.y, y, p.y, &p.algo,

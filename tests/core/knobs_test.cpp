@@ -58,6 +58,8 @@ const std::vector<KnobCase>& cases() {
        equals<int64_t>(&Knobs::decode_max_tokens, 0), {"9", "-1"}, "0 to 8"},
       {"MOE_DECODE_PREFETCH", "196608", set(&Knobs::decode_prefetch),
        equals<int64_t>(&Knobs::decode_prefetch, 196608), {"1073741825", "192k"}, "0 to 1073741824"},
+      {"MOE_SKINNY_GEMM_MAX_ROWS", "0", set(&Knobs::skinny_gemm_max_rows),
+       equals<int64_t>(&Knobs::skinny_gemm_max_rows, 0), {"9", "-1"}, "0 to 8"},
       {"MOE_TILE_ROWS", "48", set(&Knobs::tile_rows), equals<int64_t>(&Knobs::tile_rows, 48), {"129", "x"},
        "0 to 128"},
       {"MOE_DECODE_WIDE_K", "2048", set(&Knobs::decode_wide_k), equals<int64_t>(&Knobs::decode_wide_k, 2048),
