@@ -2,7 +2,7 @@
 // The decoder's dense GEMMs through cuBLASLt: y [rows, out] = x [rows, in] · w [out, in]ᵀ, bf16 inputs
 // (row-major, as the checkpoint stores w), fp32 accumulation, bf16 or fp32 (lm_head's logits) output.
 // One object per stream user: it owns the cuBLASLt handle, its workspace and the algorithm chosen for each
-// shape (the heuristic's first pick, asked once per shape). Up to MOE_SKINNY_GEMM_MAX_ROWS rows (default 8)
+// shape (the heuristic's first pick, asked once per shape). Up to MOE_SKINNY_GEMM_MAX_ROWS rows (default 3)
 // the product is skinny_gemm's GEMV instead (skinny_gemm.h).
 
 #include <cuda_bf16.h>
