@@ -83,6 +83,7 @@ struct Server::Impl {
   httplib::Server http;
   int port = 0;
   std::atomic<bool> stopped{false};
+  std::atomic<bool> listening{false};  // run() is past its stop check and about to listen
   std::atomic<int> open_streams{0};  // streamed responses not yet released
 };
 
@@ -304,6 +305,11 @@ int Server::port() const {
 void Server::run() {
   // NOTE: a client that closes its socket mid-response must not kill the process with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  // NOTE: httplib's stop() is a no-op until listen has started, so a stop() between here and there (a SIGTERM
+  // right after the "serving" line) left listen running for good: stop() waits for listen once this is set,
+  // and a stop() before it is seen here.
+  impl_->listening = true;
+  if (impl_->stopped) return;
   impl_->http.listen_after_bind();
   if (!impl_->scheduler->failed()) return;
   stop();
@@ -319,6 +325,9 @@ void Server::stop() {
   const auto deadline = std::chrono::steady_clock::now() + 5s;
   while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(5ms);
+  if (impl_->listening)
+    while (!impl_->http.is_running() && std::chrono::steady_clock::now() < deadline + 5s)
+      std::this_thread::sleep_for(1ms);
   impl_->http.stop();
 }
 
