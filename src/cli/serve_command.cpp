@@ -35,7 +35,8 @@ namespace fs = std::filesystem;
 struct ServeArgs {
   std::string model_dir, random_model, host = "127.0.0.1", served_model_name, api_key, backend = "cpu";
   int port = 8000;
-  int64_t max_model_len = 0, max_num_seqs = 256, max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0, max_num_seqs = 256, max_num_batched_tokens = 0;
+  bool max_num_batched_tokens_given = false;  // else by backend
   double gpu_memory_utilization = 0.9;
   std::string chat_template, trace_routing;
   bool expert_parallel = false;  // --enable-expert-parallel, under mpirun
@@ -88,8 +89,8 @@ void run_serve(const ServeArgs& a) {
   MOE_CHECK(a.port >= 0 && a.port <= 65535, "--port must be in [0, 65535] (0: any free port), got {}",
             a.port);
   MOE_CHECK(a.max_num_seqs >= 1, "--max-num-seqs must be >= 1, got {}", a.max_num_seqs);
-  MOE_CHECK(a.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1, got {}",
-            a.max_num_batched_tokens);
+  MOE_CHECK(a.max_num_batched_tokens >= 1 || !a.max_num_batched_tokens_given,
+            "--max-num-batched-tokens must be >= 1, got {}", a.max_num_batched_tokens);
   MOE_CHECK(a.max_model_len >= 0, "--max-model-len must be >= 1, got {}", a.max_model_len);
   MOE_CHECK(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0,
             "--gpu-memory-utilization must be in (0, 1], got {}", a.gpu_memory_utilization);
@@ -128,7 +129,11 @@ void run_serve(const ServeArgs& a) {
 
   engine::EngineOptions options;
   options.max_num_seqs = a.max_num_seqs;
-  options.max_num_batched_tokens = a.max_num_batched_tokens;
+  // vLLM's defaults for its server: 8192 on a large GPU, 2048 otherwise. On the H200 the 48-layer
+  // Qwen3-30B-A3B shape served 1,974 -> 2,271 tok/s at concurrency 64 with 8192 (2026-12-02): a wave of new
+  // 128-token prompts joins in one step instead of four.
+  options.max_num_batched_tokens =
+      a.max_num_batched_tokens_given ? a.max_num_batched_tokens : (a.backend == "cuda" ? 8192 : 2048);
   options.max_model_len = a.max_model_len;
   // The fraction is of the free memory where the KV pool lives: the GPU's with the cuda backend.
   options.kv_cache_memory_fraction = a.gpu_memory_utilization;
@@ -183,8 +188,11 @@ void run_serve(const ServeArgs& a) {
   server::Server server(*engine, server_options);
   server.bind();
   const engine::KvUsage kv = engine->kv_usage();
-  fmt::print(stderr, "KV cache: {} blocks of {} tokens ({} tokens; max_model_len {})\n", kv.total_blocks,
-             kv.block_tokens, kv.total_blocks * kv.block_tokens, engine->max_model_len());
+  fmt::print(stderr,
+             "KV cache: {} blocks of {} tokens ({} tokens; max_model_len {}); steps of up to {} tokens, {} "
+             "sequences\n",
+             kv.total_blocks, kv.block_tokens, kv.total_blocks * kv.block_tokens, engine->max_model_len(),
+             options.max_num_batched_tokens, options.max_num_seqs);
   std::thread waiter([&] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
@@ -229,8 +237,10 @@ Run add_serve_command(CLI::App& app) {
       "--max-model-len", args->max_model_len,
       "the longest sequence, prompt and generated tokens (default: the model's max_position_embeddings)");
   cmd->add_option("--max-num-seqs", args->max_num_seqs, "the most requests running together (default 256)");
-  cmd->add_option("--max-num-batched-tokens", args->max_num_batched_tokens,
-                  "the most tokens in one step: decode tokens, then prompt chunks (default 2048)");
+  auto* batched_tokens =
+      cmd->add_option("--max-num-batched-tokens", args->max_num_batched_tokens,
+                      "the most tokens in one step: decode tokens, then prompt chunks (default 8192 with --backend "
+                      "cuda, 2048 on the CPU)");
   cmd->add_option(
       "--gpu-memory-utilization", args->gpu_memory_utilization,
       "the fraction of the free memory where the KV cache lives (the host's; the GPU's with --backend cuda) that its block pool may take (default 0.9)");
@@ -249,7 +259,10 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option(
       "--trace-routing", args->trace_routing,
       "write every routing decision as a JSON line: seq (request id), pos, token, layer, experts, weights");
-  return [args] { run_serve(*args); };
+  return [args, batched_tokens] {
+    args->max_num_batched_tokens_given = batched_tokens->count() > 0;
+    run_serve(*args);
+  };
 }
 
 }  // namespace moe::cli

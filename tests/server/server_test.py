@@ -426,12 +426,22 @@ def test_bad_command_lines(s):
     for flags, phrase in ((["--model", "/nonexistent"], "--model"),
                           (["--model", MODEL, "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
                           (["--model", MODEL, "--max-num-seqs", "0"], "--max-num-seqs"),
+                          (["--model", MODEL, "--max-num-batched-tokens", "0"], "--max-num-batched-tokens"),
                           (["--model", MODEL, "--chat-template", "/nonexistent.jinja"], "--chat-template"),
                           (["--model", MODEL, "--max-model-len", "100000"], "max_model_len"),
                           (["--model", MODEL, "--port", str(s.port)], f"127.0.0.1:{s.port}")):
         r = subprocess.run([MOE, "serve", *flags], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and r.stderr.startswith("error: ") and phrase in r.stderr, (flags, r)
         assert r.stderr.count("\n") == 1, r.stderr
+
+
+def test_step_budget():
+    # The step budget the server reports: the CPU's default (vLLM's off a large GPU), or the one given.
+    for flags, budget in (((), 2048), (("--max-num-batched-tokens", "300"), 300)):
+        s = Server(*flags)
+        s.stop()
+        err = s.proc.stderr.read()
+        assert f"steps of up to {budget} tokens" in err, err
 
 
 def test_sigterm_ends_streams(s):
@@ -463,7 +473,7 @@ def main():
                 passed += 1
             except Exception:
                 failures.append((test.__name__, traceback.format_exc()))
-        for test in (test_api_key, test_flood_is_bounded):
+        for test in (test_api_key, test_flood_is_bounded, test_step_budget):
             try:
                 test()
                 passed += 1

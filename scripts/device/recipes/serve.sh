@@ -3,7 +3,8 @@
 # The checkpoint: scripts/device/random_model.py (torch and transformers on the device) with LAYERS layers
 # (default 4), random bf16 weights, made once; or, with RANDOM_MODEL=NAME (e.g. qwen3-30b-a3b), the full-depth
 # shape on random weights made in GPU memory (moe serve --random-model: no checkpoint). The server on 127.0.0.1; each concurrency runs 4x its requests (at least
-# 16) of 128 prompt and 64 output tokens (range ratio 0, ignore_eos). Logs and JSON in $OUT; exit 1 if a run fails.
+# 16) of 128 prompt and 64 output tokens (range ratio 0, ignore_eos). SERVE_FLAGS adds flags to moe serve (e.g.
+# "--max-num-batched-tokens 8192"). Logs and JSON in $OUT; exit 1 if a run fails.
 set -uo pipefail
 source scripts/device/lib/common.sh
 gpu
@@ -18,11 +19,11 @@ else
 fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$bin/moe" serve "${source_flags[@]}" --backend cuda --port "$port" --max-num-seqs 64 --max-model-len 512 \
-  > "$out/serve.log" 2>&1 &
+  ${SERVE_FLAGS:-} > "$out/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 240); do grep -q '^serving ' "$out/serve.log" && break; sleep 0.5; done
 grep -q '^serving ' "$out/serve.log" || { row "moe serve" "did not start"; tail -5 "$out/serve.log"; kill $server; exit 1; }
-note "$(grep -m1 "^KV cache" "$out/serve.log")"
+note "$(grep -m1 "^KV cache" "$out/serve.log")${SERVE_FLAGS:+; ${SERVE_FLAGS}}"
 note "| concurrency | requests | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms |"
 note "|---:|---:|---:|---:|---:|"
 for c in 1 16 64; do
