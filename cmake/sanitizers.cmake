@@ -50,8 +50,8 @@ endif()
 # moe_clang_target_pragmas(): clang ignores `#pragma GCC target(...)`, which the CPU kernels use to compile
 # AVX2/AVX-512 code in an otherwise generic build. Under clang (the fuzz build), each file of `dirs` that
 # uses the pragma gets the union of its targets on its command line instead. NOTE: a file with a generic part
-# (fast_router.cpp) may then use those instructions outside its cpuid checks, so a clang build runs on CPUs
-# with the features its kernels name (the build machine's); GCC builds are unaffected.
+# may then use those instructions outside its cpuid checks, so such a file marks its kernels with
+# __attribute__((target(...))) instead (fast_router.cpp), which both compilers honour per function.
 function(moe_clang_target_pragmas)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
     return()

@@ -48,12 +48,13 @@ MOE_TARGET_CLONES("arch=haswell", "default") void dot_block_f64(
 
 // The same with AVX-512 intrinsics: the 16 accumulators of 8 doubles stay in registers (the compiler keeps
 // the generic version's accumulator array in memory).
-#pragma GCC push_options
+// NOTE: a target attribute on each AVX-512 function, not `#pragma GCC target`: clang ignores the pragma, and
+// the clang builds then compile the whole file for AVX-512 (cmake/sanitizers.cmake), generic code included,
+// which crashed the fuzz build on a CPU without it (an AVX2-only AMD EPYC).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC target("avx512f")
-void dot_block_f64_avx512(const float* const* x, const float* const* w, int64_t H, double (*out)[kBlock]) {
+__attribute__((target("avx512f"))) void dot_block_f64_avx512(const float* const* x, const float* const* w, int64_t H, double (*out)[kBlock]) {
   __m512d acc[kBlock][kBlock];
   for (int t = 0; t < kBlock; ++t)
     for (int e = 0; e < kBlock; ++e) acc[t][e] = _mm512_setzero_pd();
@@ -81,7 +82,7 @@ void dot_block_f64_avx512(const float* const* x, const float* const* w, int64_t 
 // One token against four experts (a block of a single token: T = 1, decode), with the arithmetic of
 // dot_block_f64_avx512 for each (token, expert), so the logits are bit-identical to the 4-token path's; the
 // padded block would do four times the multiplies for one token's results.
-void dot_row_f64_avx512(const float* x, const float* const* w, int64_t H, double* out) {
+__attribute__((target("avx512f"))) void dot_row_f64_avx512(const float* x, const float* const* w, int64_t H, double* out) {
   __m512d acc[kBlock];
   for (int e = 0; e < kBlock; ++e) acc[e] = _mm512_setzero_pd();
   int64_t h = 0;
@@ -97,7 +98,6 @@ void dot_row_f64_avx512(const float* x, const float* const* w, int64_t H, double
   }
 }
 #pragma GCC diagnostic pop
-#pragma GCC pop_options
 
 bool has_avx512f() {
   __builtin_cpu_init();
