@@ -24,6 +24,7 @@
 
 #include "launch.h"
 #include "core/knobs.h"
+#include "cuda/bf16x8.cuh"
 #include "cuda/check.h"
 #include "cuda/ops.h"
 #include "router_select.cuh"
@@ -133,20 +134,6 @@ __device__ __forceinline__ void grid_barrier_wait(unsigned* barrier, unsigned ar
 }
 __device__ __forceinline__ void grid_barrier(unsigned* barrier) {
   grid_barrier_wait(barrier, grid_barrier_arrive(barrier));
-}
-
-// sum_i w[i] * x[i] over 8 bf16 pairs.
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
-  const auto* wv = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const auto* xv = reinterpret_cast<const __nv_bfloat162*>(&x);
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(wv[i]), b = __bfloat1622float2(xv[i]);
-    sum = fmaf(a.x, b.x, sum);
-    sum = fmaf(a.y, b.y, sum);
-  }
-  return sum;
 }
 
 __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {

@@ -1,5 +1,6 @@
 #include "cuda/skinny_gemm.h"
 
+#include "cuda/bf16x8.cuh"
 #include "cuda/check.h"
 
 namespace moe::cuda {
@@ -8,19 +9,6 @@ namespace {
 
 constexpr int kWarps = 8;  // a block's warps
 constexpr int kUnroll = 4;  // 16-byte weight loads a lane keeps in flight
-
-// Eight bf16 of w times eight of x, added to acc.
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
-  const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(w2[i]), b = __bfloat1622float2(x2[i]);
-    acc = fmaf(a.x, b.x, acc);
-    acc = fmaf(a.y, b.y, acc);
-  }
-  return acc;
-}
 
 // The weights are read once: past L1, without keeping them there.
 __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
