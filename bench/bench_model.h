@@ -22,6 +22,7 @@ struct ModelBenchArgs {
   CpuExperts cpu_experts = CpuExperts::fast;
   quant::WeightFormat cpu_weights = quant::WeightFormat::bf16;
   std::vector<int64_t> batches = {1};  // the GPU's: sequences per step, one row each
+  bool enforce_eager = false;          // the GPU's: no CUDA graphs
 };
 
 void run_model_bench(const ModelBenchArgs& args);

@@ -45,21 +45,21 @@ struct RunTimes {
   double prefill = 0, decode = 0;  // seconds
 };
 
-// One prefill of `batch` prompts and decode_tokens greedy steps of them all, the tokens chosen where the
-// logits are (only the ids come back). With `parts` (a profiling pass, its fence set), *parts holds the
+// One prefill of `batch` prompts and decode_tokens greedy steps of them all in `cache` (emptied after), the
+// tokens chosen where the logits are (only the ids come back). NOTE: the runs of a batch size share one
+// cache, as a server's steps do, so that the decode steps replay the recordings made for it. With `parts` (a profiling pass, its fence set), *parts holds the
 // decode steps' parts and *prefill_parts the prefill's.
-RunTimes run_once(model::CausalLM& lm, int64_t batch, int64_t prompt, int64_t decode, std::mt19937& rng,
+RunTimes run_once(model::CausalLM& lm, model::KvCache& cache, int64_t prompt, int64_t decode, std::mt19937& rng,
                   model::ForwardTimes* parts = nullptr, model::ForwardTimes* prefill_parts = nullptr) {
-  const int64_t V = lm.info().vocab_size;
+  const int64_t V = lm.info().vocab_size, batch = cache.num_sequences();
   std::uniform_int_distribution<int32_t> token(1, static_cast<int32_t>(V - 1));
-  auto cache = lm.new_cache(batch, prompt + decode);
   std::vector<std::vector<int32_t>> tokens(batch);
   for (auto& t : tokens)
     for (int64_t i = 0; i < prompt; ++i) t.push_back(token(rng));
   const std::vector<model::TokenChoice> greedy(batch);
   RunTimes times;
   auto start = Clock::now();
-  std::vector<int32_t> next = lm.forward_sample(tokens, *cache, greedy);  // [batch]
+  std::vector<int32_t> next = lm.forward_sample(tokens, cache, greedy);  // [batch]
   times.prefill = seconds_since(start);
   if (parts) {
     *prefill_parts = *parts;
@@ -68,9 +68,10 @@ RunTimes run_once(model::CausalLM& lm, int64_t batch, int64_t prompt, int64_t de
   start = Clock::now();
   for (int64_t step = 0; step < decode; ++step) {
     for (int64_t s = 0; s < batch; ++s) tokens[s] = {next[s]};
-    next = lm.forward_sample(tokens, *cache, greedy);
+    next = lm.forward_sample(tokens, cache, greedy);
   }
   times.decode = seconds_since(start);
+  for (int64_t s = 0; s < batch; ++s) cache.release(s);
   return times;
 }
 
@@ -103,6 +104,7 @@ void run_model_bench_cuda(const ModelBenchArgs& a) {
 model::ModelOptions cuda_bench_options(const ModelBenchArgs& a, model::ForwardTimes* parts) {
   model::ModelOptions options;
   options.times = parts;
+  options.enforce_eager = a.enforce_eager;
   options.max_batched_tokens =
       std::max<int64_t>(4096, *std::max_element(a.batches.begin(), a.batches.end()) * a.prompt_tokens);
   return options;
@@ -139,10 +141,11 @@ void time_model_cuda(model::CausalLM& lm, const model::ModelConfig& config, doub
   std::mt19937 rng(1);
   std::vector<std::string> part_lines;
   for (const int64_t B : a.batches) {
-    run_once(lm, B, a.prompt_tokens, 2, rng);  // warm-up: cuBLASLt plans, the memory pool
+    const auto cache = lm.new_cache(B, a.prompt_tokens + a.decode_tokens);
+    run_once(lm, *cache, a.prompt_tokens, 2, rng);  // warm-up: cuBLASLt plans, the memory pool, the recording
     std::vector<double> prefill, decode;
     for (int r = 0; r < a.repeats; ++r) {
-      const RunTimes t = run_once(lm, B, a.prompt_tokens, a.decode_tokens, rng);
+      const RunTimes t = run_once(lm, *cache, a.prompt_tokens, a.decode_tokens, rng);
       prefill.push_back(t.prefill);
       decode.push_back(t.decode);
     }
@@ -161,13 +164,15 @@ void time_model_cuda(model::CausalLM& lm, const model::ModelConfig& config, doub
     parts.fence = [] { MOE_CUDA_CHECK(cudaDeviceSynchronize()); };
     clear_parts(parts);
     model::ForwardTimes prefill_parts;
-    run_once(lm, B, a.prompt_tokens, a.decode_tokens, rng, &parts, &prefill_parts);
+    run_once(lm, *cache, a.prompt_tokens, a.decode_tokens, rng, &parts, &prefill_parts);
     part_lines.push_back(fmt::format("batch {} prefill: {}", B, parts_line(prefill_parts, 1)));
     part_lines.push_back(
         fmt::format("batch {} decode step: {}", B, parts_line(parts, double(a.decode_tokens))));
     parts = {};
   }
-  fmt::print("parts (ms; a profiling pass with the device synchronised around each part):\n");
+  fmt::print("decode steps: {}\n", a.enforce_eager ? std::string("op by op (--enforce-eager)")
+                                                   : fmt::format("CUDA graphs, {} buckets recorded", lm.recorded_decode_steps()));
+  fmt::print("parts (ms; a profiling pass, op by op, with the device synchronised around each part):\n");
   for (const std::string& line : part_lines) fmt::print("  {}\n", line);
 }
 

@@ -194,6 +194,7 @@ Run add_bench_command(CLI::App& app) {
   cmd->add_option("--prompt-tokens", args->model.prompt_tokens, "--model: prompt length")
       ->check(kPositive)
       ->capture_default_str();
+  cmd->add_flag("--enforce-eager", args->model.enforce_eager, "--model/--random-model --backend cuda: run every decode step op by op instead of replaying its CUDA graph (for debugging and profiling)");
   cmd->add_option("--decode-tokens", args->model.decode_tokens, "--model: tokens decoded one by one after it")
       ->check(kPositive)
       ->capture_default_str();

@@ -47,6 +47,7 @@ struct GenerateArgs {
   std::string backend = "cpu", cpu_experts;  // cpu_experts: empty = by the checkpoint's expert dtype
   std::string json, trace, stats;
   bool print_ids = false;
+  bool enforce_eager = false;  // --backend cuda: no CUDA graphs
   bool ep = false;
   std::string placement, ep_transfer;  // ep_transfer empty: f32 on the CPU, bf16 on GPUs
   std::string ep_combine;              // empty: f32 on the CPU (its only one), bf16 on GPUs
@@ -185,6 +186,7 @@ void run_generate(const GenerateArgs& a) {
 
   cli::ProgressLine progress(root);
   options.model.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
+  options.model.enforce_eager = a.enforce_eager;
   options.model.cpu_experts = a.cpu_experts.empty()   ? engine::default_cpu_experts(dir)
                               : a.cpu_experts == "fast" ? CpuExperts::fast
                                                         : CpuExperts::reference;
@@ -320,6 +322,7 @@ Run add_generate_command(CLI::App& app) {
                   "write one JSON line per (token, MoE layer): {seq, pos, token, layer, experts, weights}");
   cmd->add_option("--stats", args->stats, "write per-layer expert load statistics as JSON");
   cmd->add_flag("--print-ids", args->print_ids, "also print the prompt and generated token ids");
+  cmd->add_flag("--enforce-eager", args->enforce_eager, "run every decode step op by op instead of replaying its CUDA graph (--backend cuda; for debugging and profiling)");
   cmd->add_flag("--ep", args->ep,
                 "expert parallelism under mpirun: every rank runs attention on all tokens, the MoE blocks split "
                 "the experts over the ranks (CPU reference experts; with --backend cuda one GPU per rank over "

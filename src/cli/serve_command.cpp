@@ -40,6 +40,7 @@ struct ServeArgs {
   double gpu_memory_utilization = 0.9;
   std::string chat_template, trace_routing;
   bool expert_parallel = false;  // --enable-expert-parallel, under mpirun
+  bool enforce_eager = false;    // --backend cuda: no CUDA graphs
   std::string placement;
   engine::EplbOptions eplb;
 };
@@ -138,6 +139,7 @@ void run_serve(const ServeArgs& a) {
   // The fraction is of the free memory where the KV pool lives: the GPU's with the cuda backend.
   options.kv_cache_memory_fraction = a.gpu_memory_utilization;
   options.model.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
+  options.model.enforce_eager = a.enforce_eager;
   if (!random_config) options.model.cpu_experts = engine::default_cpu_experts(dir);
   if (ep) {
     options.model.cpu_experts = CpuExperts::reference;  // the EP layer's experts
@@ -247,6 +249,7 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option(
       "--chat-template", args->chat_template,
       "a Jinja chat template file for /v1/chat/completions (default: the model's tokenizer_config.json)");
+  cmd->add_flag("--enforce-eager", args->enforce_eager, "run every decode step op by op instead of replaying its CUDA graph (--backend cuda; for debugging and profiling)");
   auto* ep = cmd->add_flag("--enable-expert-parallel", args->expert_parallel,
                            "under mpirun -np R: the experts spread over the ranks (CPU reference experts, rows "
                            "over MPI), rank 0 serves HTTP; adds /admin/rebalance, /admin/placement, "

@@ -21,6 +21,7 @@ constexpr int kMaxDk = 1024, kMaxDv = 512;
 __global__ void append_kv_kernel(const bf16* __restrict__ rows, int64_t width, int64_t row_stride,
                                  const int32_t* __restrict__ slot, float* __restrict__ pool) {
   const int64_t row = blockIdx.x;
+  if (slot[row] < 0) return;  // a padding row of a recorded step
   float* dst = pool + int64_t{slot[row]} * width;
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
     dst[c] = __bfloat162float(rows[row * row_stride + c]);

@@ -57,7 +57,8 @@ void add_bias(bf16* y, int64_t rows, int64_t cols, const float* bias, cudaStream
 // ---- attention.cu ----------------------------------------------------------------------------------
 // The paged KV cache: a layer's keys and values are pools [num_blocks · block_tokens, row] fp32; row i of
 // a batch sits at pool row slot[i] (its sequence's block for its position · block_tokens + the offset).
-// rows [n, width] bf16 (row stride row_stride) -> pool rows slot[i], columns [0, width) (pool row = width).
+// rows [n, width] bf16 (row stride row_stride) -> pool rows slot[i], columns [0, width) (pool row = width);
+// a row of slot -1 is not written.
 void append_kv(const bf16* rows, int64_t n, int64_t width, int64_t row_stride, const int32_t* slot,
                float* pool, cudaStream_t stream);
 

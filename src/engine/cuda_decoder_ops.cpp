@@ -1,9 +1,9 @@
 // DecoderOps on the GPU: each op calls its CUDA op (cuda/decoder_kernels.h, linear.h) on device tensors,
-// all on the legacy default stream, which the CUDA MoE blocks use too. Activations are bf16, the residual
-// stream, the KV pool and the logits fp32. The weights go to the device at load (load_weight: bf16, norm
-// weights and biases fp32). The small per-forward tables (positions, cache slots, block tables, the rotary
-// frequencies) go up when their contents change, into a fresh device buffer, so that a kernel still reading
-// the last one is undisturbed.
+// all on the ops' own stream, which the CUDA MoE blocks use too (stream()). Activations are bf16, the
+// residual stream, the KV pool and the logits fp32. The weights go to the device at load (load_weight: bf16,
+// norm weights and biases fp32). A forward's tables (ids, positions, cache slots, block tables, choices) go
+// up once, at begin_step (cuda_step_tables.h); the rotary frequencies when they change. record() captures
+// what the ops enqueue as a CUDA graph.
 // NOTE: here and not in model/ or cuda/: model/ may not see cuda/, and cuda/ holds ops only.
 #include "cuda_decoder_ops.h"
 
@@ -12,12 +12,14 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/captured_graph.h"
 #include "cuda/check.h"
 #include "cuda/decoder_kernels.h"
 #include "cuda/device_tensor.h"
 #include "cuda/linear.h"
 #include "cuda/ops.h"
 #include "engine/cuda_model.h"
+#include "engine/cuda_step_tables.h"
 #include "moe/layer/cuda_stages.h"
 
 namespace moe::engine {
@@ -29,12 +31,6 @@ using model::AttentionShape;
 using model::BatchLayout;
 using model::MlaShape;
 using model::ModelKvCache;
-
-template <class T>
-std::vector<uint8_t> as_bytes(const std::vector<T>& values) {
-  const auto* p = reinterpret_cast<const uint8_t*>(values.data());
-  return {p, p + values.size() * sizeof(T)};
-}
 
 bf16* bf16_data(const Tensor& t) {
   return static_cast<bf16*>(t.data());
@@ -69,15 +65,43 @@ class DeviceTable {
   Tensor device_;
 };
 
+class Recording final : public model::RecordedStep {
+ public:
+  Recording(cuda::CapturedGraph graph, cudaStream_t stream) : graph_(std::move(graph)), stream_(stream) {}
+  void replay() override { graph_.launch(stream_); }
+
+ private:
+  cuda::CapturedGraph graph_;
+  cudaStream_t stream_;
+};
+
 class CudaDecoderOps final : public model::DecoderOps {
  public:
+  // NOTE: the stream is never destroyed: tensors made on it free themselves on it and may outlive the ops
+  // (a KV cache its caller holds). It is a blocking stream, so that work on the legacy default stream
+  // (the loading's) stays ordered with it.
+  CudaDecoderOps() { MOE_CUDA_CHECK(cudaStreamCreate(&stream_)); }
+
+  void begin_step(const model::StepInputs& step) override { tables_.upload(step, stream_); }
+
+  std::unique_ptr<model::RecordedStep> record(const std::function<void()>& enqueue) override {
+    // NOTE: relaxed, so that host work of the ops (cuBLASLt's descriptors) may run during the capture.
+    return std::make_unique<Recording>(cuda::CapturedGraph(stream_, enqueue, cudaStreamCaptureModeRelaxed), stream_);
+  }
+
+  Stream stream() const override { return Stream::cuda(stream_); }
+
+  Tensor empty(DType dtype, std::vector<int64_t> shape) override {
+    return cuda::device_empty(dtype, std::move(shape), stream_);
+  }
+
   Tensor embedding(const Tensor& table, std::span<const int32_t> ids) override {
     const int64_t V = table.size(0), H = table.size(1);
     for (size_t i = 0; i < ids.size(); ++i)
       MOE_CHECK(ids[i] >= 0 && ids[i] < V,
                 "token id {} (position {} of the batch) is outside the vocabulary [0, {})", ids[i], i, V);
     const Tensor& w = weight(table, DType::BF16);
-    const int32_t* d_ids = ids_.upload({ids.begin(), ids.end()}, stream_);
+    const int32_t* d_ids = step_rows(static_cast<int64_t>(ids.size()), "embedding").ids;
     Tensor out = cuda::device_empty(DType::F32, {static_cast<int64_t>(ids.size()), H}, stream_);  // [n, H]
     cuda::embedding(bf16_data(w), H, d_ids, static_cast<int64_t>(ids.size()), out.data_as<float>(), stream_);
     return out;
@@ -153,7 +177,7 @@ class CudaDecoderOps final : public model::DecoderOps {
                 .half = half,
                 .attention_factor = table.attention_factor,
                 .pairing = pairing,
-                .positions = positions_.upload({positions.begin(), positions.end()}, stream_)},
+                .positions = step_rows(static_cast<int64_t>(positions.size()), "rope").positions},
                stream_);
   }
 
@@ -166,14 +190,7 @@ class CudaDecoderOps final : public model::DecoderOps {
                   values.size(0) == batch.total,
               "append_kv: keys {} and values {} are not [{}, {}] and [{}, {}]", keys.shape_string(),
               values.shape_string(), batch.total, s.key_row, batch.total, s.value_row);
-    std::vector<int32_t> slots;  // [T] each row's pool row
-    for (const BatchLayout::Span& span : batch.spans) {
-      const std::vector<int32_t>& table = cache.block_table(span.seq);
-      for (int64_t p = span.start; p < span.start + span.count; ++p)
-        slots.push_back(
-            static_cast<int32_t>(table.at(p / s.block_tokens) * s.block_tokens + p % s.block_tokens));
-    }
-    const int32_t* d_slots = slots_.upload(std::move(slots), stream_);
+    const int32_t* d_slots = step_rows(batch.total, "append_kv").slots;
     cuda::append_kv(bf16_data(keys), batch.total, s.key_row, keys.strides()[0], d_slots,
                     cache.pool().keys(layer, 0), stream_);
     cuda::append_kv(bf16_data(values), batch.total, s.value_row, values.strides()[0], d_slots,
@@ -186,30 +203,14 @@ class CudaDecoderOps final : public model::DecoderOps {
     const int64_t T = q.size(0);
     MOE_CHECK(q.size(1) == shape.heads * shape.dk && T == batch.total, "attention: q {} is not [{}, {} x {}]",
               q.shape_string(), batch.total, shape.heads, shape.dk);
-    // [block tables of the spans | row_table [T] | row_visible [T]]
-    std::vector<int32_t> tables, row_table, row_visible;
-    int64_t max_sequence_rows = 0;
-    for (const BatchLayout::Span& span : batch.spans) {
-      max_sequence_rows = std::max(max_sequence_rows, span.count);
-      const auto first = static_cast<int32_t>(tables.size());
-      const std::vector<int32_t>& table = cache.block_table(span.seq);
-      tables.insert(tables.end(), table.begin(), table.end());
-      for (int64_t i = 0; i < span.count; ++i) {
-        row_table.push_back(first);
-        row_visible.push_back(static_cast<int32_t>(span.start + i + 1));
-      }
-    }
-    const auto n_tables = static_cast<int64_t>(tables.size());
-    tables.insert(tables.end(), row_table.begin(), row_table.end());
-    tables.insert(tables.end(), row_visible.begin(), row_visible.end());
-    const int32_t* meta = attention_tables_.upload(std::move(tables), stream_);
+    const CudaStepTables::View& step = step_rows(T, "attention");
     Tensor out = cuda::device_empty(DType::BF16, {T, shape.heads * shape.dv}, stream_);  // [T, heads * dv]
     cuda::paged_attention({.q = bf16_data(q),
                            .keys = cache.pool().keys(layer, 0),
                            .values = cache.pool().values(layer, 0),
-                           .block_tables = meta,
-                           .row_table = meta + n_tables,
-                           .row_visible = meta + n_tables + T,
+                           .block_tables = step.block_tables,
+                           .row_table = step.row_table,
+                           .row_visible = step.row_visible,
                            .rows = T,
                            .heads = shape.heads,
                            .kv_heads = shape.kv_heads,
@@ -218,7 +219,7 @@ class CudaDecoderOps final : public model::DecoderOps {
                            .block_tokens = cache.block_tokens(),
                            .scale = static_cast<float>(shape.scale),
                            .out = bf16_data(out),
-                           .max_sequence_rows = max_sequence_rows},
+                           .max_sequence_rows = step.max_sequence_rows},
                           stream_);
     return out;
   }
@@ -257,14 +258,14 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   Tensor gather_rows(const Tensor& x, std::span<const int64_t> rows) override {
     require_device(x, DType::BF16, "gather_rows");
-    std::vector<int32_t> index;
-    for (const int64_t r : rows) {
+    for (const int64_t r : rows)
       MOE_CHECK(r >= 0 && r < x.size(0), "gather_rows: row {} outside [0, {})", r, x.size(0));
-      index.push_back(static_cast<int32_t>(r));
-    }
+    const CudaStepTables::View& step = tables_.view();
+    MOE_CHECK(step.n_last_rows == static_cast<int64_t>(rows.size()),
+              "gather_rows: {} rows, the step's tables hold {} (begin_step's last_rows)", rows.size(),
+              step.n_last_rows);
     Tensor out = cuda::device_empty(DType::BF16, {static_cast<int64_t>(rows.size()), x.size(1)}, stream_);
-    cuda::gather_rows(bf16_data(x), rows_.upload(std::move(index), stream_), out.size(0), x.size(1),
-                      bf16_data(out), stream_);
+    cuda::gather_rows(bf16_data(x), step.last_rows, out.size(0), x.size(1), bf16_data(out), stream_);
     return out;  // [n, H]
   }
 
@@ -273,20 +274,9 @@ class CudaDecoderOps final : public model::DecoderOps {
   // Only the ids come back (the step's one synchronisation).
   std::vector<int32_t> choose_tokens(const Tensor& logits,
                                      std::span<const model::TokenChoice> choices) override {
-    require_device(logits, DType::F32, "choose_tokens");
     const int64_t n = logits.size(0);
-    MOE_CHECK(static_cast<int64_t>(choices.size()) == n, "choose_tokens: {} choices for logits {}",
-              choices.size(), logits.shape_string());
-    std::vector<cuda::TokenChoiceArgs> args;
-    for (const model::TokenChoice& c : choices)
-      args.push_back({.temperature = static_cast<float>(c.temperature),
-                      .top_p = static_cast<float>(c.top_p),
-                      .top_k = c.top_k,
-                      .uniform = c.uniform});
-    const auto* d_args =
-        reinterpret_cast<const cuda::TokenChoiceArgs*>(choices_.upload(as_bytes(args), stream_));
     Tensor ids = cuda::device_empty(DType::I32, {n}, stream_);  // [n]
-    cuda::choose_tokens(logits.data_as<float>(), n, logits.size(1), d_args, ids.data_as<int32_t>(), stream_);
+    choose_tokens_into(logits, choices, ids);
     const Tensor host = staging_.to_host(ids, stream_);
     const int32_t* chosen = host.data_as<int32_t>();
     for (int64_t r = 0; r < n; ++r)
@@ -294,6 +284,17 @@ class CudaDecoderOps final : public model::DecoderOps {
                 "the model's logits are not finite (row {} of the step): a layer overflowed or the weights hold "
                 "NaN or Inf (the CPU backend names the layer)", r);
     return {chosen, chosen + n};
+  }
+
+  void choose_tokens_into(const Tensor& logits, std::span<const model::TokenChoice> choices, Tensor& ids) override {
+    require_device(logits, DType::F32, "choose_tokens");
+    const int64_t n = logits.size(0);
+    const CudaStepTables::View& step = tables_.view();
+    MOE_CHECK(static_cast<int64_t>(choices.size()) == n && step.n_choices == n && ids.device() == Device::cuda &&
+                  ids.dtype() == DType::I32 && ids.numel() == n,
+              "choose_tokens: {} choices ({} in the step's tables) for logits {} into {} ids", choices.size(),
+              step.n_choices, logits.shape_string(), ids.numel());
+    cuda::choose_tokens(logits.data_as<float>(), n, logits.size(1), step.choices, ids.data_as<int32_t>(), stream_);
   }
 
   // NOTE: a weight already on the device (random weights made there) is kept as it is, in the dtype it must
@@ -351,14 +352,19 @@ class CudaDecoderOps final : public model::DecoderOps {
     return y;
   }
 
-  cudaStream_t stream_ = nullptr;  // the legacy default stream (CudaMoeBlock's too)
+  // The step's tables, checked to be for `rows` rows.
+  const CudaStepTables::View& step_rows(int64_t rows, const char* op) const {
+    const CudaStepTables::View& step = tables_.view();
+    MOE_CHECK(step.rows == rows, "{}: {} rows, the step's tables hold {} (begin_step's batch)", op, rows, step.rows);
+    return step;
+  }
+
+  cudaStream_t stream_ = nullptr;  // CudaMoeBlock's too
   std::optional<cuda::PinnedUpload> upload_;  // load_weight's staging, made at the first weight
   cuda::DenseGemm gemm_;
   cuda::HostStaging staging_;  // the logits and the routing on their way back
-  DeviceTable<int32_t, DType::I32> ids_, slots_, attention_tables_, rows_;
-  DeviceTable<int64_t, DType::I64> positions_;
+  CudaStepTables tables_;
   DeviceTable<float, DType::F32> inv_freq_;
-  DeviceTable<uint8_t, DType::U8> choices_;  // cuda::TokenChoiceArgs as bytes
 };
 
 }  // namespace

@@ -5,9 +5,11 @@
 #include "moe/model/causal_lm.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "attention.h"
 #include "core/host_memory.h"
+#include "decode_graphs.h"
 #include "decoder_ops.h"
 #include "family.h"
 #include "forward_timer.h"
@@ -50,7 +52,8 @@ class Model final : public CausalLM {
                 [this](const Tensor& view, bool fp32) { return ops_->load_weight(view, fp32); }),
         rope_(config_.rope),
         ops_(std::move(ops)),
-        times_(options.times) {
+        times_(options.times),
+        record_decode_(options.backend == ModelBackend::cuda && !options.enforce_eager) {
     const ModelConfig& c = config_;
     const int64_t H = c.hidden_size, V = c.vocab_size;
     const std::string vocab_why = fmt::format("vocab_size {}, hidden_size {}", V, H);
@@ -73,6 +76,7 @@ class Model final : public CausalLM {
 
   const ModelInfo& info() const override { return info_; }
   int64_t kv_memory_available() const override { return ops_->memory_available(); }
+  int64_t recorded_decode_steps() const override { return graphs_.size(); }
 
   std::unique_ptr<KvCache> new_cache(int64_t num_sequences, int64_t max_length) const override {
     return new_paged_cache(num_sequences, max_length, 0);
@@ -119,8 +123,11 @@ class Model final : public CausalLM {
     std::vector<int32_t> ids;
     const BatchLayout batch = layout(new_tokens, cache, ids);
     if (batch.total == 0) return {};
-    const Tensor chosen = timed(times_, &ForwardTimes::total,
-                                [&] { return run_layers(batch, ids, cache, true, observer, choices); });
+    std::optional<Tensor> replayed =
+        timed(times_, &ForwardTimes::total, [&] { return replay_decode(batch, ids, cache, choices, observer); });
+    const Tensor chosen = replayed ? std::move(*replayed)
+                                   : timed(times_, &ForwardTimes::total,
+                                           [&] { return run_layers(batch, ids, cache, true, observer, choices); });
     return {chosen.data_as<int32_t>(), chosen.data_as<int32_t>() + chosen.numel()};
   }
 
@@ -159,41 +166,13 @@ class Model final : public CausalLM {
   // The logits [rows, V] on the host, or with `choices` the chosen ids [spans] I32 on the host.
   Tensor run_layers(const BatchLayout& batch, const std::vector<int32_t>& ids, ModelKvCache& cache,
                     bool last_only, const RoutingObserver& observer, std::span<const TokenChoice> choices) {
-    const double eps = config_.rms_norm_eps;
-    // h += delta (the last block's output; undefined before the first), then h's norm by `weight`.
-    const auto add_norm = [&](Tensor& h, const Tensor& delta, const Tensor& weight) {
-      return timed(times_, &ForwardTimes::norms, [&] { return ops_->add_rms_norm(h, delta, weight, eps); });
-    };
-    Tensor h = timed(times_, &ForwardTimes::embedding, [&] { return ops_->embedding(embed_, ids); });  // [T, H]
-    Tensor delta;                                                                                      // [T, H]
-    // NOTE: the routing is read once the whole forward is enqueued: on a device, reading it after each layer
-    // would wait for that layer's work before the next layer's could be queued.
-    std::vector<std::pair<int64_t, TopK>> routing;  // (layer, its choices) of the MoE layers
-    for (int64_t l = 0; l < config_.num_layers; ++l) {
-      DecoderLayer& layer = layers_[l];
-      delta = layer.attention->forward(add_norm(h, delta, layer.input_norm), batch, cache, l);
-      const Tensor x = add_norm(h, delta, layer.post_norm);
-      if (layer.moe) {
-        MoeBlockOutput out = timed(times_, &ForwardTimes::moe, [&] { return layer.moe->forward(x); });
-        // NOTE: a device block's output stays on the device (reading it back would wait for each layer):
-        // there the engine checks the logits it samples from.
-        if (out.hidden_states.device() == Device::cpu)
-          check_output_finite(out.hidden_states, out.topk, fmt::format("layer {}", l));
-        delta = std::move(out.hidden_states);
-        if (observer) routing.emplace_back(l, std::move(out.topk));
-      } else {
-        delta = timed(times_, &ForwardTimes::dense_mlp, [&] { return ops_->swiglu_mlp(x, layer.dense); });
-      }
-    }
+    std::vector<int64_t> last_rows;  // empty: every row
+    if (last_only && batch.total > static_cast<int64_t>(batch.spans.size()))
+      for (const BatchLayout::Span& s : batch.spans) last_rows.push_back(s.row + s.count - 1);
+    ops_->begin_step({.batch = batch, .ids = ids, .cache = cache, .last_rows = last_rows, .choices = choices});
+    std::vector<TopK> routing;  // of the MoE layers, in order
+    const Tensor out = enqueue_decoder(batch, ids, cache, last_rows, observer ? &routing : nullptr, {});  // [rows, H]
     for (const BatchLayout::Span& s : batch.spans) cache.commit(s.seq, s.count);
-
-    // NOTE: the final norm is per row, so norming every row and keeping the last ones gives their bits.
-    Tensor out = add_norm(h, delta, final_norm_);  // [T, H]
-    if (last_only) {
-      std::vector<int64_t> rows;
-      for (const BatchLayout::Span& s : batch.spans) rows.push_back(s.row + s.count - 1);
-      out = ops_->gather_rows(out, rows);  // [spans, H]
-    }
     Tensor result;
     if (choices.empty()) {
       result =
@@ -207,14 +186,119 @@ class Model final : public CausalLM {
       std::copy(chosen.begin(), chosen.end(), result.data_as<int32_t>());
     }
     std::vector<Tensor> device_routing;  // [ids, weights] of each MoE layer, in order
-    for (const auto& [l, topk] : routing) {
+    for (const TopK& topk : routing) {
       device_routing.push_back(topk.ids);
       device_routing.push_back(topk.weights);
     }
     const std::vector<Tensor> host_routing = ops_->to_host_all(device_routing);
     for (size_t i = 0; i < routing.size(); ++i)
-      report_routing(observer, batch, ids, routing[i].first, {host_routing[2 * i], host_routing[2 * i + 1]});
+      report_routing(observer, batch, ids, info_.moe_layers[i], {host_routing[2 * i], host_routing[2 * i + 1]});
     return result;  // logits [rows, V] or ids [spans]
+  }
+
+  // The embeddings, the decoder layers and the final norm on the ops, keeping rows `last_rows` (empty: all)
+  // -> [rows, H]. Each MoE layer's routing goes to `routing` (null: nowhere), or with `routing_into`
+  // ([moe layers, T, k] ids and weights) there.
+  Tensor enqueue_decoder(const BatchLayout& batch, std::span<const int32_t> ids, ModelKvCache& cache,
+                         std::span<const int64_t> last_rows, std::vector<TopK>* routing, const TopK& routing_into) {
+    const double eps = config_.rms_norm_eps;
+    // h += delta (the last block's output; undefined before the first), then h's norm by `weight`.
+    const auto add_norm = [&](Tensor& h, const Tensor& delta, const Tensor& weight) {
+      return timed(times_, &ForwardTimes::norms, [&] { return ops_->add_rms_norm(h, delta, weight, eps); });
+    };
+    Tensor h = timed(times_, &ForwardTimes::embedding, [&] { return ops_->embedding(embed_, ids); });  // [T, H]
+    Tensor delta;                                                                                      // [T, H]
+    // NOTE: the routing is read once the whole forward is enqueued: on a device, reading it after each layer
+    // would wait for that layer's work before the next layer's could be queued.
+    int64_t moe_index = 0;
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+      DecoderLayer& layer = layers_[l];
+      delta = layer.attention->forward(add_norm(h, delta, layer.input_norm), batch, cache, l);
+      const Tensor x = add_norm(h, delta, layer.post_norm);
+      if (layer.moe) {
+        const TopK into = routing_into.ids.defined() ? TopK{.ids = routing_into.ids.select(moe_index),
+                                                             .weights = routing_into.weights.select(moe_index)}
+                                                     : TopK{};
+        ++moe_index;
+        MoeBlockOutput out =
+            timed(times_, &ForwardTimes::moe, [&] { return layer.moe->forward(x, into.ids.defined() ? &into : nullptr); });
+        // NOTE: a device block's output stays on the device (reading it back would wait for each layer):
+        // there the engine checks the logits it samples from.
+        if (out.hidden_states.device() == Device::cpu)
+          check_output_finite(out.hidden_states, out.topk, fmt::format("layer {}", l));
+        delta = std::move(out.hidden_states);
+        if (routing) routing->push_back(std::move(out.topk));
+      } else {
+        delta = timed(times_, &ForwardTimes::dense_mlp, [&] { return ops_->swiglu_mlp(x, layer.dense); });
+      }
+    }
+    // NOTE: the final norm is per row, so norming every row and keeping the last ones gives their bits.
+    Tensor out = add_norm(h, delta, final_norm_);  // [T, H]
+    return last_rows.empty() ? out : ops_->gather_rows(out, last_rows);  // [rows, H]
+  }
+
+  // A decode step through its bucket's recording (recorded at the bucket's first step): the chosen ids
+  // [spans], or nothing where the step is not one (a prompt chunk in it, too many rows, recordings off).
+  std::optional<Tensor> replay_decode(const BatchLayout& batch, const std::vector<int32_t>& ids, ModelKvCache& cache,
+                                      std::span<const TokenChoice> choices, const RoutingObserver& observer) {
+    // NOTE: a profiling pass (times_->fence) times each part, which a replay does not show.
+    if (!record_decode_ || (times_ && times_->fence)) return std::nullopt;
+    const auto rows = static_cast<int64_t>(batch.spans.size());
+    const int64_t bucket = decode_graph_bucket(rows);
+    if (bucket == 0 || batch.total != rows) return std::nullopt;
+    // The padding rows repeat the first row's inputs, so that they read what it reads and route where it does.
+    BatchLayout padded = batch;
+    std::vector<int32_t> padded_ids = ids;
+    std::vector<TokenChoice> padded_choices(choices.begin(), choices.end());
+    for (int64_t r = rows; r < bucket; ++r) {
+      BatchLayout::Span pad = batch.spans.front();
+      pad.row = r;
+      pad.pad = true;
+      padded.spans.push_back(pad);
+      padded.positions.push_back(pad.start);
+      padded_ids.push_back(ids.front());
+      padded_choices.push_back(choices.front());
+    }
+    padded.total = bucket;
+    ops_->begin_step({.batch = padded, .ids = padded_ids, .cache = cache, .last_rows = {},
+                      .choices = padded_choices, .recorded_rows = bucket});
+    DecodeGraph* graph = graphs_.find(cache.serial(), bucket);
+    if (!graph) {
+      const int64_t moe_layers = static_cast<int64_t>(info_.moe_layers.size()), k = info_.top_k;
+      DecodeGraph fresh{.step = nullptr,
+                        .ids = ops_->empty(DType::I32, {bucket}),
+                        .routing_ids = ops_->empty(DType::I32, {moe_layers, bucket, k}),
+                        .routing_weights = ops_->empty(DType::F32, {moe_layers, bucket, k})};
+      const auto step = [&] {
+        const Tensor out = enqueue_decoder(padded, padded_ids, cache, {}, nullptr,
+                                           {.ids = fresh.routing_ids, .weights = fresh.routing_weights});
+        ops_->choose_tokens_into(ops_->lm_head(out, lm_head_), padded_choices, fresh.ids);
+      };
+      // NOTE: run once first, so that whatever the ops make at a shape's first use (workspaces, cached
+      // tables) exists before the recording, which must not allocate what outlives it. The step's cache rows
+      // are written twice, with the same values.
+      step();
+      fresh.step = ops_->record(step);
+      MOE_CHECK(fresh.step != nullptr, "the decoder's ops on {} cannot record a decode step (run eagerly)",
+                config_.model_type);
+      graph = &graphs_.add(bucket, std::move(fresh));
+    }
+    graph->step->replay();
+    for (const BatchLayout::Span& s : batch.spans) cache.commit(s.seq, s.count);
+    std::vector<Tensor> outputs{graph->ids};
+    if (observer) outputs.insert(outputs.end(), {graph->routing_ids, graph->routing_weights});
+    const std::vector<Tensor> host = ops_->to_host_all(outputs);
+    const int32_t* chosen = host[0].data_as<int32_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      MOE_CHECK(chosen[r] >= 0,
+                "the model's logits are not finite (row {} of the step): a layer overflowed or the weights hold "
+                "NaN or Inf (the CPU backend names the layer)", r);
+    for (size_t m = 0; observer && m < info_.moe_layers.size(); ++m)
+      report_routing(observer, batch, ids, info_.moe_layers[m],
+                     {.ids = host[1].select(static_cast<int64_t>(m)), .weights = host[2].select(static_cast<int64_t>(m))});
+    Tensor result = Tensor::empty(DType::I32, {rows});
+    std::copy(chosen, chosen + rows, result.data_as<int32_t>());
+    return result;
   }
 
   DecoderLayer load_layer(int64_t i, const ModelOptions& options) {
@@ -232,7 +316,7 @@ class Model final : public CausalLM {
       if (options.moe_block)
         layer.moe = make_function_moe_block(options.moe_block(i, c.moe, std::move(weights)));
       else
-        layer.moe = options.backend == ModelBackend::cuda ? make_cuda_moe_block(c.moe, weights, options)
+        layer.moe = options.backend == ModelBackend::cuda ? make_cuda_moe_block(c.moe, weights, options, ops_->stream())
                                                           : make_cpu_moe_block(c.moe, std::move(weights), options);
     } else {
       const int64_t I = c.intermediate_size;
@@ -269,6 +353,8 @@ class Model final : public CausalLM {
   Rope rope_;
   std::unique_ptr<DecoderOps> ops_;
   ForwardTimes* times_;  // may be null
+  const bool record_decode_;  // decode steps replay recordings (decode_graphs.h)
+  DecodeGraphs graphs_;
   Tensor embed_, lm_head_;  // [V, H] checkpoint views
   Tensor final_norm_;       // [H] F32
   std::vector<DecoderLayer> layers_;
@@ -317,6 +403,13 @@ std::vector<int32_t> DecoderOps::choose_tokens(const Tensor& logits, std::span<c
   for (int64_t r = 0; r < host.size(0); ++r)
     ids.push_back(choose_token({host.data_as<float>() + r * V, static_cast<size_t>(V)}, choices[r]));
   return ids;
+}
+
+void DecoderOps::choose_tokens_into(const Tensor& logits, std::span<const TokenChoice> choices, Tensor& ids) {
+  const std::vector<int32_t> chosen = choose_tokens(logits, choices);
+  MOE_CHECK(ids.device() == Device::cpu && ids.dtype() == DType::I32 && ids.numel() == static_cast<int64_t>(chosen.size()),
+            "choose_tokens_into: {} ids into {} {}", chosen.size(), dtype_name(ids.dtype()), ids.shape_string());
+  std::copy(chosen.begin(), chosen.end(), ids.data_as<int32_t>());
 }
 
 std::vector<Tensor> DecoderOps::to_host_all(std::span<const Tensor> xs) {

@@ -43,6 +43,7 @@ class CpuDecoderOps final : public DecoderOps {
   void append_kv(ModelKvCache& cache, int64_t layer, const BatchLayout& batch, const Tensor& keys,
                  const Tensor& values) override {
     for (const BatchLayout::Span& s : batch.spans) {
+      if (s.pad) continue;  // a padding row writes nothing
       cpu::append_kv(keys, s.row, s.count, s.start, cache.key_blocks(layer, s.seq), cache.block_tokens());
       cpu::append_kv(values, s.row, s.count, s.start, cache.value_blocks(layer, s.seq), cache.block_tokens());
     }

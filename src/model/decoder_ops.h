@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "kv_cache.h"
 #include "moe/core/checkpoint.h"
 #include "moe/core/expert_batch.h"
+#include "moe/core/stream.h"
 #include "moe/model/causal_lm.h"
 #include "moe/model/model_config.h"
 #include "rope.h"
@@ -29,10 +31,34 @@ struct BatchLayout {
     int64_t row = 0;    // first row of the batch
     int64_t count = 0;  // new tokens (> 0)
     int64_t start = 0;  // position of the first new token (tokens already cached)
+    // A recorded step's padding row (decode_graphs.h): a copy of span 0's row that writes nothing to the
+    // cache, so that a step of fewer rows than its recording computes what a real row would.
+    bool pad = false;
   };
   std::vector<Span> spans;
   std::vector<int64_t> positions;  // [T] position of each batch row in its sequence
   int64_t total = 0;
+};
+
+// One forward's inputs, given to the ops before its first op (DecoderOps::begin_step), so that a device's ops
+// send them over once (ids, positions, cache slots, block tables, the rows lm_head reads, the token choices)
+// rather than with each op.
+struct StepInputs {
+  const BatchLayout& batch;
+  std::span<const int32_t> ids;        // [T] the batch's tokens
+  const ModelKvCache& cache;
+  std::span<const int64_t> last_rows;  // the rows gather_rows keeps, or empty
+  std::span<const TokenChoice> choices;  // one per span with a choice, or empty
+  // A recorded step's: the tables sit at addresses fixed for this many rows (the recording's bucket).
+  int64_t recorded_rows = 0;
+};
+
+// A forward's work recorded once and replayed (a CUDA graph): replay() redoes it on the inputs that
+// begin_step put at the recording's addresses.
+class RecordedStep {
+ public:
+  virtual ~RecordedStep() = default;
+  virtual void replay() = 0;
 };
 
 // Attention's heads: query head h reads KV head h / (heads / kv_heads).
@@ -85,6 +111,22 @@ class DecoderOps {
   // The token choices[i] picks from row i of logits [n, V] F32 (lm_head's), as host ids [n]; the default
   // brings the logits to the host and chooses there (token_choice.h).
   virtual std::vector<int32_t> choose_tokens(const Tensor& logits, std::span<const TokenChoice> choices);
+  // The same ids into ids [n] I32 in the ops' memory, without waiting for them (a recorded step's); -1 for
+  // a row whose logits are not finite. The default chooses on the host.
+  virtual void choose_tokens_into(const Tensor& logits, std::span<const TokenChoice> choices, Tensor& ids);
+
+  // The step's tables, before its first op; the CPU's ops read them from the calls' arguments instead.
+  virtual void begin_step(const StepInputs& step) { (void)step; }
+  // The work `enqueue` gives these ops, recorded for replay and not run; null where the ops cannot record
+  // (the CPU's, which run each op as it is called).
+  virtual std::unique_ptr<RecordedStep> record(const std::function<void()>& enqueue) {
+    (void)enqueue;
+    return nullptr;
+  }
+  // The queue the ops run on, which the MoE blocks on their device must use too.
+  virtual Stream stream() const { return {}; }
+  // Uninitialised memory in the ops' memory (a recorded step's outputs).
+  virtual Tensor empty(DType dtype, std::vector<int64_t> shape) { return Tensor::empty(dtype, std::move(shape)); }
 
   // A checkpoint view as these ops keep it, called once per weight at load: the CPU's keep the view (fp32:
   // converted to F32), the GPU's a device copy (bf16; fp32: F32).

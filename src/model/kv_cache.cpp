@@ -1,5 +1,7 @@
 #include "kv_cache.h"
 
+#include <atomic>
+
 #include "moe/core/check.h"
 
 namespace moe::model {
@@ -53,6 +55,10 @@ ModelKvCache::ModelKvCache(const void* owner, int64_t num_layers, int64_t num_se
                            int64_t key_row, int64_t value_row, int64_t num_blocks,
                            const KvBlockPool::Storage& storage)
     : owner_(owner),
+      serial_([] {
+        static std::atomic<int64_t> caches{0};
+        return ++caches;
+      }()),
       max_length_(max_length),
       pool_([&] {
         MOE_CHECK(num_sequences >= 1, "a KV cache needs at least one sequence, got {}", num_sequences);

@@ -66,6 +66,8 @@ class ModelKvCache final : public KvCache {
   int64_t length(int64_t seq) const override;
   int64_t max_length() const { return max_length_; }
   const void* owner() const { return owner_; }
+  // A number no other cache of this process has had: a recorded step reads and writes one cache's pool.
+  int64_t serial() const { return serial_; }
   int64_t block_tokens() const override { return pool_.shape().block_tokens; }
   int64_t total_blocks() const override { return pool_.shape().num_blocks; }
   int64_t free_blocks() const override { return pool_.free_blocks(); }
@@ -87,6 +89,7 @@ class ModelKvCache final : public KvCache {
 
  private:
   const void* owner_;
+  int64_t serial_;
   int64_t max_length_;
   KvBlockPool pool_;
   std::vector<int64_t> lengths_;

@@ -19,8 +19,9 @@ class MoeBlock {
  public:
   virtual ~MoeBlock() = default;
   // x [T, H] (after post_attention_layernorm): F32 on the host, or for the CUDA block BF16 on the device too
-  // (the outputs then stay on the device).
-  virtual MoeBlockOutput forward(const Tensor& x) = 0;
+  // (the outputs then stay on the device). With `topk_into` (the CUDA block's, for device activations: [T, k]
+  // I32 and F32 device tensors) the routing is written there.
+  virtual MoeBlockOutput forward(const Tensor& x, const TopK* topk_into = nullptr) = 0;
 };
 
 // The weights are the checkpoint views of load_moe_weights.
@@ -30,7 +31,8 @@ std::unique_ptr<MoeBlock> make_function_moe_block(ModelOptions::MoeBlockFn fn);
 // Uploads the weights (experts bf16, router fp32); host activations go in as bf16 and come back fp32, in
 // chunks of at most options.max_batched_tokens tokens; device activations stay on the device. Throws moe::Error in a build without CUDA or
 // without a visible GPU.
+// The block runs on `stream` (the decoder's ops', DecoderOps::stream()).
 std::unique_ptr<MoeBlock> make_cuda_moe_block(const MoeConfig& config, const MoeWeights& weights,
-                                              const ModelOptions& options);
+                                              const ModelOptions& options, Stream stream);
 
 }  // namespace moe::model

@@ -68,7 +68,27 @@ class CudaOps : public ::testing::Test {
     std::printf("[ op %s ] normwise relative error %.2e\n", what, err);
   }
 
+  // The GPU ops' tables for a forward of `ids` (0s where empty) at `positions` (0, 1, ...: where empty) of
+  // one sequence of a scratch cache, keeping `last_rows`: what begin_step gives them before their ops.
+  void begin_rows(int64_t T, std::vector<int32_t> ids = {}, std::vector<int64_t> positions = {},
+                  std::vector<int64_t> last_rows = {}) {
+    if (ids.empty()) ids.assign(T, 0);
+    if (positions.empty())
+      for (int64_t t = 0; t < T; ++t) positions.push_back(t);
+    scratch_ = std::make_unique<ModelKvCache>(this, 1, 1, 8192, 1, 1, /*num_blocks=*/0,
+                                              [&](std::vector<int64_t> s) { return gpu_->kv_blocks(s); });
+    scratch_->reserve(0, T);
+    batch_ = {.spans = {{.seq = 0, .row = 0, .count = T, .start = 0}}, .positions = positions, .total = T};
+    gpu_->begin_step({.batch = batch_, .ids = ids, .cache = *scratch_, .last_rows = last_rows, .choices = {}});
+  }
+  void begin(const BatchLayout& batch, const ModelKvCache& cache) {
+    const std::vector<int32_t> ids(batch.total, 0);
+    gpu_->begin_step({.batch = batch, .ids = ids, .cache = cache, .last_rows = {}, .choices = {}});
+  }
+
   std::unique_ptr<DecoderOps> gpu_, cpu_;
+  std::unique_ptr<ModelKvCache> scratch_;
+  BatchLayout batch_;
   std::mt19937 rng_;
   unsigned seed_ = 0;
 };
@@ -78,6 +98,7 @@ TEST_F(CudaOps, EmbeddingAddRmsNormAndGroupNorms) {
   const int64_t T = 7, H = 192, V = 50;
   const Tensor table = random({V, H}), weight = random({H}), delta = random({T, H});
   const std::vector<int32_t> ids = {3, 0, 49, 7, 7, 12, 31};
+  begin_rows(T, ids);
   Tensor h_cpu = cpu_->embedding(table, ids), h_gpu = gpu_->embedding(w16(table), ids);
   expect_close(h_gpu, h_cpu, "embedding", 0);
   const Tensor n_cpu = cpu_->add_rms_norm(h_cpu, delta, weight, 1e-6);
@@ -85,6 +106,7 @@ TEST_F(CudaOps, EmbeddingAddRmsNormAndGroupNorms) {
   expect_close(n_gpu, n_cpu, "add_rms_norm");
   expect_close(h_gpu, h_cpu, "add_rms_norm residual", 1e-6);
   EXPECT_THROW(gpu_->embedding(w16(table), std::vector<int32_t>{V}), Error);
+  EXPECT_THROW(gpu_->embedding(w16(table), std::vector<int32_t>{1, 2}), Error);  // not the step's rows
 
   const int64_t D = 32;
   Tensor x = random({T, 4 * D}), head_weight = random({D});
@@ -125,6 +147,7 @@ TEST_F(CudaOps, RopeDefaultAndYarnEveryPairing) {
       Tensor x = random({T, heads * D});
       Tensor x_gpu = up(x);
       cpu_->rope(rope, x, heads, 16, positions);
+      begin_rows(T, {}, positions);
       gpu_->rope(rope, x_gpu, heads, 16, positions);
       expect_close(x_gpu, x, yarn ? "rope yarn" : "rope default");
     }
@@ -142,6 +165,7 @@ TEST_F(CudaOps, LinearSwigluGatherAndLmHead) {
   const SwigluWeights mlp_gpu{.gate = w16(mlp.gate), .up = w16(mlp.up), .down = w16(mlp.down)};
   expect_close(gpu_->swiglu_mlp(up(x), mlp_gpu), cpu_->swiglu_mlp(x, mlp), "swiglu_mlp");
   const std::vector<int64_t> rows = {8, 0, 3};
+  begin_rows(T, {}, {}, rows);
   expect_close(gpu_->gather_rows(up(x), rows), cpu_->gather_rows(x, rows), "gather_rows", 0);
   const Tensor head = random({V, H}, 0.1f);
   const Tensor logits = gpu_->lm_head(up(x), w16(head));
@@ -174,6 +198,7 @@ TEST_F(CudaOps, PagedAttentionPrefillThenDecode) {
     const Tensor q = random({batch.total, heads * D}), k = random({batch.total, row}),
                  v = random({batch.total, row});
     cpu_->append_kv(cpu_cache, 0, batch, k, v);
+    begin(batch, gpu_cache);
     gpu_->append_kv(gpu_cache, 0, batch, up(k), up(v));
     expect_close(gpu_->attention(up(q), gpu_cache, 0, batch, shape),
                  cpu_->attention(q, cpu_cache, 0, batch, shape),
@@ -215,6 +240,7 @@ TEST_F(CudaOps, PagedAttentionTiledPrefillAndChunks) {
         const Tensor q = random({batch.total, h.heads * h.D}), k = random({batch.total, row}),
                      v = random({batch.total, row});
         cpu_->append_kv(cpu_cache, 0, batch, k, v);
+        begin(batch, gpu_cache);
         gpu_->append_kv(gpu_cache, 0, batch, up(k), up(v));
         const std::string what = "attention " + std::to_string(h.heads) + "/" + std::to_string(h.kv_heads) +
                                  " heads, D " + std::to_string(h.D) + ", rows " + std::to_string(counts[0]) +

@@ -17,11 +17,31 @@
 #include "cuda_decoder_ops.h"
 #include "engine/cuda_model.h"
 #include "error_of.h"
+#include "kv_cache.h"
 #include "model_fixture.h"
 #include "token_choice.h"
 
 namespace moe::test {
 namespace {
+
+// ops->choose_tokens(logits, choices) after the step's begin_step: one new token for each of choices.size()
+// sequences of a scratch cache.
+std::vector<int32_t> choose_on_gpu(model::DecoderOps& ops, const Tensor& logits,
+                                   const std::vector<model::TokenChoice>& choices) {
+  const auto n = static_cast<int64_t>(choices.size());
+  model::ModelKvCache cache(&ops, 1, n, 16, 1, 1, /*num_blocks=*/0,
+                            [&](std::vector<int64_t> s) { return ops.kv_blocks(s); });
+  model::BatchLayout batch;
+  for (int64_t s = 0; s < n; ++s) {
+    cache.reserve(s, 1);
+    batch.spans.push_back({.seq = s, .row = s, .count = 1, .start = 0});
+    batch.positions.push_back(0);
+  }
+  batch.total = n;
+  const std::vector<int32_t> ids(n, 0);
+  ops.begin_step({.batch = batch, .ids = ids, .cache = cache, .last_rows = {}, .choices = choices});
+  return ops.choose_tokens(logits, choices);
+}
 
 #define SKIP_WITHOUT_GPU()                                             \
   do {                                                                 \
@@ -116,7 +136,7 @@ TEST(DeviceTokenChoice, MatchesTheHostRule) {
     choices.push_back(c);
   }
   const auto ops = engine::make_cuda_decoder_ops();
-  const std::vector<int32_t> ids = ops->choose_tokens(cuda::to_device(host, DType::F32, nullptr), choices);
+  const std::vector<int32_t> ids = choose_on_gpu(*ops, cuda::to_device(host, DType::F32, nullptr), choices);
   ASSERT_EQ(static_cast<int64_t>(ids.size()), rows);
   for (int64_t r = 0; r < rows; ++r)
     EXPECT_EQ(ids[r],
@@ -135,7 +155,7 @@ TEST(DeviceTokenChoice, NonFiniteLogitsAreAnError) {
       host.data_as<float>()[V + 17] = bad;  // row 1
       const std::vector<model::TokenChoice> choices(2, {.temperature = temperature, .uniform = 0.5});
       const std::string message =
-          error_of([&] { ops->choose_tokens(cuda::to_device(host, DType::F32, nullptr), choices); });
+          error_of([&] { choose_on_gpu(*ops, cuda::to_device(host, DType::F32, nullptr), choices); });
       EXPECT_NE(message.find("not finite (row 1 of the step)"), std::string::npos) << message;
     }
   }

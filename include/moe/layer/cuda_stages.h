@@ -36,8 +36,9 @@ LayerStages make_cuda_stages(const MoeConfig& config, const MoeWeights& weights,
 
 // MoeLayer's device forward (of these stages) with its outputs made on `stream`'s device: x [T, H] BF16 on
 // the device, any T (run in chunks of max_tokens) -> hidden_states [T, H] F32 and topk [T, k] there; stats
-// and timings are left empty. Nothing is copied to the host and nothing synchronises.
-LayerOutput forward_device_tensors(MoeLayer& layer, const Tensor& x, Stream stream);
+// and timings are left empty. Nothing is copied to the host and nothing synchronises. With `topk_into` ([T, k]
+// I32 and F32 on the device) the routing is written there and returned as those tensors.
+LayerOutput forward_device_tensors(MoeLayer& layer, const Tensor& x, Stream stream, const TopK* topk_into = nullptr);
 
 // Whether a CUDA device is present and usable by this process.
 bool cuda_device_available();

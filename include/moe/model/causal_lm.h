@@ -60,7 +60,11 @@ struct ModelOptions {
   using MoeBlockFn = std::function<LayerOutput(const Tensor& x)>;
   std::function<MoeBlockFn(int64_t layer, const MoeConfig& config, MoeWeights weights)> moe_block;
   // When set, every forward adds the time of its parts here (owned by the caller, who must outlive the model).
+  // Where its fence is set (a profiling pass) the forwards run op by op, never from a recording.
   ForwardTimes* times = nullptr;
+  // On the GPU a decode step (one new token per sequence) replays a CUDA graph of the whole step, recorded
+  // at its bucket's first step (decode_graphs.h); set, every step runs op by op (vLLM's --enforce-eager).
+  bool enforce_eager = false;
 };
 
 // What a user needs to know about a loaded model.
@@ -128,6 +132,8 @@ class CausalLM {
   // Bytes free where the KV cache lives, after the weights: the host's available memory (the default), or
   // the GPU's free memory for the decoder on a GPU. A scheduler sizes its block pool as a fraction of it.
   virtual int64_t kv_memory_available() const;
+  // The decode steps recorded for replay (CUDA graphs, one per bucket of rows; ModelOptions::enforce_eager).
+  virtual int64_t recorded_decode_steps() const { return 0; }
 
   // Appends new_tokens[s] to sequence s (a sequence may get none) and runs them through the model in one
   // batch: the MoE blocks see all the batch's tokens at once, attention each sequence against its own
