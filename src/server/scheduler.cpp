@@ -219,7 +219,11 @@ void Scheduler::loop() {
     }
     if (engine_.has_unfinished()) {
       try {
-        deliver(engine_.step());
+        const engine::StepResult step = engine_.step();
+        // NOTE: published before any client sees the step's tokens, so that a client reading /metrics after
+        // its response finds the step's counters there (after as well: delivering finishes requests).
+        publish_gauges();
+        deliver(step);
       } catch (const Error& e) {
         // NOTE: a failed forward leaves the batch's KV state unknown: its requests end with the error.
         fail_all(500, fmt::format("the engine failed: {}", e.what()));
