@@ -80,9 +80,10 @@ constexpr int64_t kPrefillAttentionRows = 16;
 // Softmax(scale · q·k) v per (row, query head) with an fp32 online softmax; query head h reads KV head
 // h / (heads / kv_heads). Limits: dk <= 1024, dv <= 512.
 void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
-// The tiled path paged_attention takes for prefill (prefill_attention.cu): 64 query rows of one query head
-// a block, key and value tiles in shared memory as bf16, both products on the tensor cores. Fits when dk
-// and dv are multiples of 16 up to 256 and the pools are 16-byte aligned.
+// The tiled path paged_attention takes for prefill (prefill_attention.cu): a block takes 16 query positions
+// of the query heads of one KV head (more positions for small groups), key and value tiles staged once for
+// them in shared memory as bf16, both products on the tensor cores with the scores in registers. Fits when
+// dk = dv is 16, 32, 64 or 128, the pools are 16-byte aligned and q and out 4-byte aligned.
 bool prefill_attention_fits(const PagedAttentionArgs& args);
 void prefill_attention(const PagedAttentionArgs& args, cudaStream_t stream);
 
