@@ -1,13 +1,14 @@
 // Paged attention over the fp32 KV pools: the cache write of a batch's new rows, and causal attention of
 // each query row against its sequence's blocks. A block a (row, query head); its warps take every
-// kAttentionWarps-th run of kKeysAtOnce keys, each with an fp32 online softmax (running max, sum and weighted values over its
-// lanes' value columns), merged at the end: the decode kernel (a prefill of more than kPrefillAttentionRows
-// rows a sequence goes to the tiled kernel of prefill_attention.cu); decode reads each key once per query
-// head of its group.
+// kAttentionWarps-th run of kKeysAtOnce keys, each with an fp32 online softmax (running max, sum and
+// weighted values over its lanes' value columns), merged at the end: the decode kernel (a prefill of more
+// than kPrefillAttentionRows rows a sequence goes to the tiled kernel of prefill_attention.cu); decode reads
+// each key once per query head of its group.
 #include <string>
 
 #include "cuda/check.h"
 #include "cuda/decoder_kernels.h"
+#include "cuda/launch.h"
 
 namespace moe::cuda {
 
@@ -21,6 +22,8 @@ constexpr int kKeysAtOnce = 4;
 __global__ void append_kv_kernel(const bf16* __restrict__ rows, int64_t width, int64_t row_stride,
                                  const int32_t* __restrict__ slot, float* __restrict__ pool) {
   const int64_t row = blockIdx.x;
+  allow_dependent_launch();
+  wait_for_prior_grids();  // the inputs come from the kernel before
   if (slot[row] < 0) return;  // a padding row of a recorded step
   float* dst = pool + int64_t{slot[row]} * width;
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
@@ -36,8 +39,11 @@ __global__ void __launch_bounds__(32 * kAttentionWarps) paged_attention_kernel(P
   const int64_t row = blockIdx.x / a.heads, head = blockIdx.x % a.heads;
   const int64_t kv_head = head / (a.heads / a.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  allow_dependent_launch();
+  wait_for_prior_grids();  // the inputs come from the kernel before
+  const int64_t q_row = a.q_row > 0 ? a.q_row : a.heads * a.dk;
   for (int64_t d = threadIdx.x; d < a.dk; d += blockDim.x)
-    q[d] = __bfloat162float(a.q[(row * a.heads + head) * a.dk + d]) * a.scale;
+    q[d] = __bfloat162float(a.q[row * q_row + head * a.dk + d]) * a.scale;
   __syncthreads();
 
   const int32_t* table = a.block_tables + a.row_table[row];
@@ -120,7 +126,8 @@ __global__ void __launch_bounds__(32 * kAttentionWarps) paged_attention_kernel(P
 void append_kv(const bf16* rows, int64_t n, int64_t width, int64_t row_stride, const int32_t* slot,
                float* pool, cudaStream_t stream) {
   if (n == 0) return;
-  append_kv_kernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(rows, width, row_stride, slot, pool);
+  launch_dependent(append_kv_kernel, dim3(static_cast<unsigned>(n)), dim3(128), 0, stream, rows, width, row_stride, slot,
+                   pool);
   MOE_CUDA_CHECK_LAUNCH();
 }
 
@@ -136,13 +143,13 @@ void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream) {
     prefill_attention(args, stream);
     return;
   }
-  const auto blocks = static_cast<unsigned>(args.rows * args.heads);
+  const dim3 blocks(static_cast<unsigned>(args.rows * args.heads)), threads(32 * kAttentionWarps);
   if (args.dv <= 128)
-    paged_attention_kernel<4><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
+    launch_dependent(paged_attention_kernel<4>, blocks, threads, 0, stream, args);
   else if (args.dv <= 256)
-    paged_attention_kernel<8><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
+    launch_dependent(paged_attention_kernel<8>, blocks, threads, 0, stream, args);
   else
-    paged_attention_kernel<16><<<blocks, 32 * kAttentionWarps, 0, stream>>>(args);
+    launch_dependent(paged_attention_kernel<16>, blocks, threads, 0, stream, args);
   MOE_CUDA_CHECK_LAUNCH();
 }
 

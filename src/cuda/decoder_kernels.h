@@ -34,15 +34,41 @@ void rms_norm(bf16* x, int64_t rows, int64_t row_stride, int64_t groups, int64_t
 // ---- rope.cu ---------------------------------------------------------------------------------------
 enum class RopePairing : uint8_t { halves, pairs, pairs_to_halves };  // as cpu::RopePairing
 struct RopeArgs {
-  bf16* x;                                   // [rows, heads · head_stride], rotated in place
+  bf16* x;                                   // [rows, heads · head_stride] (row stride row_stride), in place
   int64_t rows, heads, head_stride, offset;  // columns [offset, offset + 2 · half) of each head
   const float* inv_freq;                     // [half], half <= 256
   int half;
   float attention_factor;  // multiplies cos and sin
   RopePairing pairing;
   const int64_t* positions;  // [rows]
+  int64_t row_stride = 0;    // elements between rows; 0: heads · head_stride
 };
 void rope(const RopeArgs& args, cudaStream_t stream);
+
+// ---- attention_inputs.cu ---------------------------------------------------------------------------
+// The attention's inputs in one pass: per (row, head) of q and k, the head's RMSNorm (where weights are
+// given), then RoPE over the whole head, written back in place; k's heads and v's into the pools at
+// slots[row] (fp32 rows of kv_heads · head_dim; a slot of -1 is not written). The rounding to bf16 after the
+// norm and after the rotation is the one rms_norm and rope make, so both paths give the same values.
+struct AttentionInputsArgs {
+  bf16* q;                                 // [rows, heads · head_dim], row stride q_row
+  bf16* k;                                 // [rows, kv_heads · head_dim], row stride k_row
+  const bf16* v;                           // [rows, kv_heads · head_dim], row stride v_row
+  int64_t q_row, k_row, v_row;
+  int64_t rows, heads, kv_heads, head_dim;  // head_dim = 2 · half (RoPE over the whole head)
+  const float* q_norm;                      // [head_dim] or null: no norm
+  const float* k_norm;                      // [head_dim] or null
+  float eps;
+  const float* inv_freq;                    // [half], half <= 256
+  int half;
+  float attention_factor;
+  RopePairing pairing;
+  const int64_t* positions;  // [rows]
+  const int32_t* slots;      // [rows]
+  float* key_pool;
+  float* value_pool;
+};
+void attention_inputs(const AttentionInputsArgs& args, cudaStream_t stream);
 
 // ---- clamp.cu --------------------------------------------------------------------------------------
 // x [n] bf16 clamped to [-clip, clip] in place.
@@ -63,7 +89,7 @@ void append_kv(const bf16* rows, int64_t n, int64_t width, int64_t row_stride, c
                float* pool, cudaStream_t stream);
 
 struct PagedAttentionArgs {
-  const bf16* q;                // [rows, heads, dk]
+  const bf16* q;                // [rows, heads, dk], row stride q_row
   const float* keys;            // the layer's key pool [num_blocks · block_tokens, kv_heads · dk]
   const float* values;          // the layer's value pool [num_blocks · block_tokens, kv_heads · dv]
   const int32_t* block_tables;  // the batch's sequences' block tables, one after another
@@ -75,6 +101,7 @@ struct PagedAttentionArgs {
   // The most rows one sequence has in the batch (0: not known). Above kPrefillAttentionRows the tiled
   // prefill kernel runs (when the head sizes fit it); a decode step keeps the kernel of one block a row.
   int64_t max_sequence_rows = 0;
+  int64_t q_row = 0;  // elements between q's rows; 0: heads · dk
 };
 constexpr int64_t kPrefillAttentionRows = 16;
 // Softmax(scale · q·k) v per (row, query head) with an fp32 online softmax; query head h reads KV head

@@ -87,8 +87,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
   // The warp's queries as A fragments, for all of its k-steps.
   unsigned qf[KSTEPS][4];
   {
-    const bf16* qa = a.q + ((r0 + row_a) * a.heads + head) * D + 2 * t;
-    const bf16* qb = a.q + ((r0 + row_b) * a.heads + head) * D + 2 * t;
+    const int64_t q_row = a.q_row > 0 ? a.q_row : a.heads * D;
+    const bf16* qa = a.q + (r0 + row_a) * q_row + head * D + 2 * t;
+    const bf16* qb = a.q + (r0 + row_b) * q_row + head * D + 2 * t;
     const bool in_a = row_a < tile_rows, in_b = row_b < tile_rows;
 #pragma unroll
     for (int k = 0; k < KSTEPS; ++k) {
@@ -256,7 +257,7 @@ void launch(const PagedAttentionArgs& args, cudaStream_t stream) {
 bool prefill_attention_fits(const PagedAttentionArgs& a) {
   const auto aligned = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   return a.dk == a.dv && (a.dk == 16 || a.dk == 32 || a.dk == 64 || a.dk == 128) && aligned(a.keys, 16) &&
-         aligned(a.values, 16) && aligned(a.q, 4) && aligned(a.out, 4);
+         aligned(a.values, 16) && aligned(a.q, 4) && aligned(a.out, 4) && a.q_row % 2 == 0;
 }
 
 void prefill_attention(const PagedAttentionArgs& args, cudaStream_t stream) {

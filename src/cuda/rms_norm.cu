@@ -3,6 +3,7 @@
 // of MLA's latent (a warp a group).
 #include "cuda/check.h"
 #include "cuda/decoder_kernels.h"
+#include "cuda/launch.h"
 
 namespace moe::cuda {
 
@@ -24,6 +25,8 @@ __global__ void add_rms_norm_kernel(float* __restrict__ residual, const bf16* __
                                     const float* __restrict__ delta_f32, const float* __restrict__ weight,
                                     int64_t hidden, float eps, bf16* __restrict__ out) {
   __shared__ float partial[32];
+  allow_dependent_launch();
+  wait_for_prior_grids();  // the inputs come from the kernel before
   float* x = residual + blockIdx.x * hidden;
   float squares = 0.0f;
   for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
@@ -43,6 +46,8 @@ __global__ void rms_norm_kernel(bf16* __restrict__ x, int64_t n_groups, int64_t 
                                 int64_t width, const float* __restrict__ weight, float eps) {
   const int64_t item = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
+  allow_dependent_launch();
+  wait_for_prior_grids();  // the inputs come from the kernel before
   if (item >= n_groups) return;  // uniform over the warp
   bf16* p = x + (item / groups) * row_stride + (item % groups) * width;
   float squares = 0.0f;
@@ -61,8 +66,8 @@ __global__ void rms_norm_kernel(bf16* __restrict__ x, int64_t n_groups, int64_t 
 void add_rms_norm(float* residual, const bf16* delta_bf16, const float* delta_f32, const float* weight,
                   int64_t rows, int64_t hidden, float eps, bf16* out, cudaStream_t stream) {
   if (rows == 0) return;
-  add_rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
-      residual, delta_bf16, delta_f32, weight, hidden, eps, out);
+  launch_dependent(add_rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(kNormThreads), 0, stream, residual,
+                   delta_bf16, delta_f32, weight, hidden, eps, out);
   MOE_CUDA_CHECK_LAUNCH();
 }
 
@@ -71,8 +76,8 @@ void rms_norm(bf16* x, int64_t rows, int64_t row_stride, int64_t groups, int64_t
   const int64_t n_groups = rows * groups;
   if (n_groups == 0) return;
   constexpr int64_t kWarps = kNormThreads / 32;
-  rms_norm_kernel<<<static_cast<unsigned>((n_groups + kWarps - 1) / kWarps), kNormThreads, 0, stream>>>(
-      x, n_groups, groups, row_stride, width, weight, eps);
+  launch_dependent(rms_norm_kernel, dim3(static_cast<unsigned>((n_groups + kWarps - 1) / kWarps)), dim3(kNormThreads),
+                   0, stream, x, n_groups, groups, row_stride, width, weight, eps);
   MOE_CUDA_CHECK_LAUNCH();
 }
 

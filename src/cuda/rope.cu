@@ -5,15 +5,19 @@
 
 #include "cuda/check.h"
 #include "cuda/decoder_kernels.h"
+#include "cuda/launch.h"
 
 namespace moe::cuda {
 
 namespace {
 
 __global__ void rope_kernel(RopeArgs a) {
+  allow_dependent_launch();
+  wait_for_prior_grids();  // the inputs come from the kernel before
   const int64_t row = blockIdx.x / a.heads, head = blockIdx.x % a.heads;
   const int i = threadIdx.x;
-  bf16* x = a.x + (row * a.heads + head) * a.head_stride + a.offset;
+  const int64_t row_stride = a.row_stride > 0 ? a.row_stride : a.heads * a.head_stride;
+  bf16* x = a.x + row * row_stride + head * a.head_stride + a.offset;
   const int half = a.half;
   const bool interleaved = a.pairing != RopePairing::halves;
   const float x0 = __bfloat162float(x[interleaved ? 2 * i : i]);
@@ -40,7 +44,7 @@ void rope(const RopeArgs& args, cudaStream_t stream) {
   MOE_CUDA_REQUIRE(args.half >= 1 && args.half <= 256,
                    "rope: rotary half-dimension " + std::to_string(args.half) + " is outside [1, 256]");
   if (args.rows * args.heads == 0) return;
-  rope_kernel<<<static_cast<unsigned>(args.rows * args.heads), args.half, 0, stream>>>(args);
+  launch_dependent(rope_kernel, dim3(static_cast<unsigned>(args.rows * args.heads)), dim3(args.half), 0, stream, args);
   MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,6 +2,7 @@
 
 #include "cuda/bf16x8.cuh"
 #include "cuda/check.h"
+#include "cuda/launch.h"
 
 namespace moe::cuda {
 
@@ -31,6 +32,11 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_gemm_kernel(const __nv_bfl
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int o = blockIdx.x * kColumns + warp / kSplit, part = warp % kSplit;
   float acc[kRows] = {};
+  // NOTE: launched dependent on the kernel before (which makes x), so that its launch overlaps that
+  // kernel's tail. Prefetching the weight rows into L2 before the wait lost (48-layer Qwen3 decode, batch 1:
+  // 261-266 tok/s without, 250-253 with, same call on the H200).
+  allow_dependent_launch();
+  wait_for_prior_grids();
   if (o < out) {
     const int chunks = in / 8;
     const auto* w_row = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(o) * in);
@@ -96,11 +102,15 @@ void launch_rows(const __nv_bfloat16* x, int64_t in, const __nv_bfloat16* w, int
   const int split = split_for(out);
   const auto blocks = [&](int columns) { return static_cast<unsigned>((out + columns - 1) / columns); };
   const int i = static_cast<int>(in), o = static_cast<int>(out);
+  const dim3 threads(kWarps * 32);
+  const auto run = [&](auto kernel, int columns) {
+    launch_dependent(kernel, dim3(blocks(columns)), threads, 0, stream, x, i, w, o, y);
+  };
   switch (split) {
-    case 1: skinny_gemm_kernel<kRows, 1, kF32><<<blocks(kWarps), kWarps * 32, 0, stream>>>(x, i, w, o, y); break;
-    case 2: skinny_gemm_kernel<kRows, 2, kF32><<<blocks(kWarps / 2), kWarps * 32, 0, stream>>>(x, i, w, o, y); break;
-    case 4: skinny_gemm_kernel<kRows, 4, kF32><<<blocks(kWarps / 4), kWarps * 32, 0, stream>>>(x, i, w, o, y); break;
-    default: skinny_gemm_kernel<kRows, 8, kF32><<<blocks(1), kWarps * 32, 0, stream>>>(x, i, w, o, y); break;
+    case 1: run(skinny_gemm_kernel<kRows, 1, kF32>, kWarps); break;
+    case 2: run(skinny_gemm_kernel<kRows, 2, kF32>, kWarps / 2); break;
+    case 4: run(skinny_gemm_kernel<kRows, 4, kF32>, kWarps / 4); break;
+    default: run(skinny_gemm_kernel<kRows, 8, kF32>, 1); break;
   }
   MOE_CUDA_CHECK(cudaGetLastError());
 }

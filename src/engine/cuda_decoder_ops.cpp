@@ -129,10 +129,10 @@ class CudaDecoderOps final : public model::DecoderOps {
   }
 
   void rms_norm(Tensor& x, const Tensor& norm, double eps, int64_t width) override {
-    require_device(x, DType::BF16, "rms_norm");
+    require_device(x, DType::BF16, "rms_norm", true);
     MOE_CHECK(width > 0 && x.size(1) % width == 0, "rms_norm: width {} does not divide rows {}", width,
               x.shape_string());
-    cuda::rms_norm(bf16_data(x), x.size(0), x.size(1), x.size(1) / width, width,
+    cuda::rms_norm(bf16_data(x), x.size(0), x.strides()[0], x.size(1) / width, width,
                    weight(norm, DType::F32).data_as<float>(), static_cast<float>(eps), stream_);
   }
 
@@ -158,7 +158,7 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   void rope(const model::Rope& rope, Tensor& x, int64_t heads, int64_t offset,
             std::span<const int64_t> positions) override {
-    require_device(x, DType::BF16, "rope");
+    require_device(x, DType::BF16, "rope", true);
     const cpu::RopeTable table = rope.cpu_table();
     const auto half = static_cast<int>(table.inv_freq.size());
     MOE_CHECK(heads > 0 && x.size(1) % heads == 0 && offset + 2 * half <= x.size(1) / heads &&
@@ -177,8 +177,59 @@ class CudaDecoderOps final : public model::DecoderOps {
                 .half = half,
                 .attention_factor = table.attention_factor,
                 .pairing = pairing,
-                .positions = step_rows(static_cast<int64_t>(positions.size()), "rope").positions},
+                .positions = step_rows(static_cast<int64_t>(positions.size()), "rope").positions,
+                .row_stride = x.strides()[0]},
                stream_);
+  }
+
+  void attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const model::HeadNorms& norms,
+                        const model::Rope& rope, const AttentionShape& shape, ModelKvCache& cache, int64_t layer,
+                        const BatchLayout& batch) override {
+    require_device(q, DType::BF16, "attention_inputs", true);
+    require_device(k, DType::BF16, "attention_inputs", true);
+    require_device(v, DType::BF16, "attention_inputs", true);
+    const cpu::RopeTable table = rope.cpu_table();
+    const auto half = static_cast<int64_t>(table.inv_freq.size());
+    const KvBlockShape s = cache.pool().shape();
+    const int64_t D = shape.dk, kv_width = shape.kv_heads * D;
+    // NOTE: one pass where RoPE turns whole heads and both norms or neither are given (every GQA family);
+    // otherwise the ops one by one.
+    if (2 * half != D || norms.q.defined() != norms.k.defined() || s.key_row != kv_width ||
+        s.value_row != kv_width) {
+      DecoderOps::attention_inputs(q, k, v, norms, rope, shape, cache, layer, batch);
+      return;
+    }
+    MOE_CHECK(q.size(1) == shape.heads * D && k.size(1) == kv_width && v.size(1) == kv_width &&
+                  q.size(0) == batch.total && k.size(0) == batch.total && v.size(0) == batch.total,
+              "attention_inputs: q {}, k {}, v {} are not [{}, {} x {}] and [{}, {} x {}]", q.shape_string(),
+              k.shape_string(), v.shape_string(), batch.total, shape.heads, D, batch.total, shape.kv_heads, D);
+    const CudaStepTables::View& step = step_rows(batch.total, "attention_inputs");
+    const auto pairing = table.pairing == cpu::RopePairing::halves  ? cuda::RopePairing::halves
+                         : table.pairing == cpu::RopePairing::pairs ? cuda::RopePairing::pairs
+                                                                    : cuda::RopePairing::pairs_to_halves;
+    cuda::attention_inputs(
+        {.q = bf16_data(q),
+         .k = bf16_data(k),
+         .v = bf16_data(v),
+         .q_row = q.strides()[0],
+         .k_row = k.strides()[0],
+         .v_row = v.strides()[0],
+         .rows = batch.total,
+         .heads = shape.heads,
+         .kv_heads = shape.kv_heads,
+         .head_dim = D,
+         .q_norm = norms.q.defined() ? weight(norms.q, DType::F32).data_as<float>() : nullptr,
+         .k_norm = norms.k.defined() ? weight(norms.k, DType::F32).data_as<float>() : nullptr,
+         .eps = static_cast<float>(norms.eps),
+         .inv_freq = inv_freq_.upload({table.inv_freq.begin(), table.inv_freq.end()}, stream_),
+         .half = static_cast<int>(half),
+         .attention_factor = table.attention_factor,
+         .pairing = pairing,
+         .positions = step.positions,
+         .slots = step.slots,
+         .key_pool = cache.pool().keys(layer, 0),
+         .value_pool = cache.pool().values(layer, 0)},
+        stream_);
   }
 
   void append_kv(ModelKvCache& cache, int64_t layer, const BatchLayout& batch, const Tensor& keys,
@@ -199,7 +250,7 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   Tensor attention(const Tensor& q, const ModelKvCache& cache, int64_t layer, const BatchLayout& batch,
                    const AttentionShape& shape) override {
-    require_device(q, DType::BF16, "attention");
+    require_device(q, DType::BF16, "attention", true);
     const int64_t T = q.size(0);
     MOE_CHECK(q.size(1) == shape.heads * shape.dk && T == batch.total, "attention: q {} is not [{}, {} x {}]",
               q.shape_string(), batch.total, shape.heads, shape.dk);
@@ -219,7 +270,8 @@ class CudaDecoderOps final : public model::DecoderOps {
                            .block_tokens = cache.block_tokens(),
                            .scale = static_cast<float>(shape.scale),
                            .out = bf16_data(out),
-                           .max_sequence_rows = step.max_sequence_rows},
+                           .max_sequence_rows = step.max_sequence_rows,
+                           .q_row = q.strides()[0]},
                           stream_);
     return out;
   }
@@ -299,6 +351,30 @@ class CudaDecoderOps final : public model::DecoderOps {
 
   // NOTE: a weight already on the device (random weights made there) is kept as it is, in the dtype it must
   // have.
+  Tensor fuse_rows(std::span<const Tensor> weights) override {
+    MOE_CHECK(!weights.empty(), "fuse_rows: no weights");
+    std::vector<int64_t> shape = weights.front().shape();
+    shape[0] = 0;
+    for (const Tensor& w : weights) {
+      MOE_CHECK(w.device() == Device::cuda && w.is_contiguous() && w.dtype() == weights.front().dtype() &&
+                    w.dim() == weights.front().dim() &&
+                    std::equal(w.shape().begin() + 1, w.shape().end(), weights.front().shape().begin() + 1),
+                "fuse_rows: {} {} does not stack under {} {}", dtype_name(w.dtype()), w.shape_string(),
+                dtype_name(weights.front().dtype()), weights.front().shape_string());
+      shape[0] += w.size(0);
+    }
+    Tensor fused = cuda::device_empty(weights.front().dtype(), std::move(shape), stream_);
+    size_t at = 0;
+    for (const Tensor& w : weights) {
+      MOE_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(fused.data()) + at, w.data(), w.nbytes(),
+                                     cudaMemcpyDeviceToDevice, stream_));
+      at += w.nbytes();
+    }
+    // NOTE: the parts are released after this returns; their copies must be done by then.
+    MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return fused;
+  }
+
   Tensor load_weight(const Tensor& view, bool fp32) override {
     const DType dtype = fp32 ? DType::F32 : DType::BF16;
     if (view.device() == Device::cuda) return weight(view, dtype);

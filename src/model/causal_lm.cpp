@@ -412,6 +412,16 @@ void DecoderOps::choose_tokens_into(const Tensor& logits, std::span<const TokenC
   std::copy(chosen.begin(), chosen.end(), ids.data_as<int32_t>());
 }
 
+void DecoderOps::attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const HeadNorms& norms, const Rope& rope,
+                                  const AttentionShape& shape, ModelKvCache& cache, int64_t layer,
+                                  const BatchLayout& batch) {
+  if (norms.q.defined()) rms_norm(q, norms.q, norms.eps, shape.dk);
+  if (norms.k.defined()) rms_norm(k, norms.k, norms.eps, shape.dk);
+  this->rope(rope, q, shape.heads, 0, batch.positions);
+  this->rope(rope, k, shape.kv_heads, 0, batch.positions);
+  append_kv(cache, layer, batch, k, v);
+}
+
 std::vector<Tensor> DecoderOps::to_host_all(std::span<const Tensor> xs) {
   std::vector<Tensor> host;
   for (const Tensor& x : xs) host.push_back(to_host(x));

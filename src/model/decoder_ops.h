@@ -67,6 +67,12 @@ struct AttentionShape {
   double scale = 1.0;  // multiplies q·k
 };
 
+// Per-head RMSNorm weights of q and k ([head_dim] F32 each; undefined: no norm) and their epsilon.
+struct HeadNorms {
+  Tensor q, k;
+  double eps = 0;
+};
+
 // Multi-head latent attention's sizes, for its absorbed kv_b_proj products.
 struct MlaShape {
   int64_t heads = 0, nope = 0, rope = 0, v = 0, rank = 0;
@@ -95,7 +101,16 @@ class DecoderOps {
   // The batch's new keys [T, key_row] and values [T, value_row] (strided views allowed) into the cache.
   virtual void append_kv(ModelKvCache& cache, int64_t layer, const BatchLayout& batch, const Tensor& keys,
                          const Tensor& values) = 0;
-  // Causal attention of q [T, heads, dk] against each span's cached keys and values -> [T, heads · dv].
+  // The attention's inputs from its projections: the per-head RMSNorm of q and k where `norms` has their
+  // weights ([dk] F32), RoPE on every head of both from column 0 (rows at batch.positions), then the keys
+  // and values into the cache; q and k in place. q [T, heads · dk], k and v [T, kv_heads · dk], each may be
+  // a row-strided view (of one fused projection's output). The default calls rms_norm, rope and
+  // append_kv; a device's ops do it in one pass.
+  virtual void attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const HeadNorms& norms, const Rope& rope,
+                                const AttentionShape& shape, ModelKvCache& cache, int64_t layer,
+                                const BatchLayout& batch);
+  // Causal attention of q [T, heads, dk] (a row-strided view allowed) against each span's cached keys and
+  // values -> [T, heads · dv].
   virtual Tensor attention(const Tensor& q, const ModelKvCache& cache, int64_t layer, const BatchLayout& batch,
                            const AttentionShape& shape) = 0;
   // MLA: q [T, heads, nope + rope] -> [T, heads, rank + rope] through kv_b_proj's W_uk (mla_attention.cpp).
@@ -128,6 +143,13 @@ class DecoderOps {
   // Uninitialised memory in the ops' memory (a recorded step's outputs).
   virtual Tensor empty(DType dtype, std::vector<int64_t> shape) { return Tensor::empty(dtype, std::move(shape)); }
 
+  // Weights stacked by rows into one ([n_i, ...] -> [sum n_i, ...]), so that projections of the same input run
+  // as one product (q, k and v); undefined where the ops gain nothing from it and keep them apart (the
+  // CPU's, whose weights are views of the checkpoint's memory map). Called at load, on load_weight's results.
+  virtual Tensor fuse_rows(std::span<const Tensor> weights) {
+    (void)weights;
+    return {};
+  }
   // A checkpoint view as these ops keep it, called once per weight at load: the CPU's keep the view (fp32:
   // converted to F32), the GPU's a device copy (bf16; fp32: F32).
   virtual Tensor load_weight(const Tensor& view, bool fp32) = 0;

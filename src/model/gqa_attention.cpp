@@ -1,6 +1,8 @@
 // Grouped-query attention (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE), as transformers 5.17's
 // <Family>Attention.forward: q/k/v projections (+ Qwen2 biases), OLMoE's whole-projection q/k norms and
-// clip_qkv, Qwen3's per-head q/k norms, RoPE, cache append, attention, o_proj.
+// clip_qkv, Qwen3's per-head q/k norms, RoPE, cache append, attention, o_proj. Where the ops take fused
+// weights (DecoderOps::fuse_rows) and no whole-projection step sits between the projections and the heads'
+// norms (OLMoE's norms and clip), q, k and v come out of one product as views of its output.
 #include "attention.h"
 #include "forward_timer.h"
 
@@ -27,6 +29,15 @@ class GqaAttention final : public Attention {
       v_bias_ = r.get_f32(p + "v_proj.bias", {kv_width}, kv_why);
     }
     if (c.attention_bias) o_bias_ = r.get_f32(p + "o_proj.bias", {H}, "hidden_size");
+    if (c.qk_norm != QkNorm::whole && c.clip_qkv == 0) {
+      const Tensor weights[] = {q_, k_, v_};
+      qkv_ = ops.fuse_rows(weights);
+      if (qkv_.defined() && c.qkv_bias) {
+        const Tensor biases[] = {q_bias_, k_bias_, v_bias_};
+        qkv_bias_ = ops.fuse_rows(biases);
+      }
+      if (qkv_.defined()) q_ = k_ = v_ = q_bias_ = k_bias_ = v_bias_ = Tensor();
+    }
     if (c.qk_norm == QkNorm::per_head) {
       q_norm_ = r.get_f32(p + "q_norm.weight", {D}, "head_dim");
       k_norm_ = r.get_f32(p + "k_norm.weight", {D}, "head_dim");
@@ -42,6 +53,14 @@ class GqaAttention final : public Attention {
     const int64_t D = c_.head_dim;
     Tensor q, k, v;
     timed(times_, &ForwardTimes::attention_projections, [&] {
+      if (qkv_.defined()) {
+        const Tensor qkv = ops_.linear(x, qkv_, qkv_bias_);  // [T, (nh + 2 nkv) * D]
+        const int64_t q_width = c_.num_heads * D, kv_width = c_.num_kv_heads * D;
+        q = qkv.narrow(1, 0, q_width);
+        k = qkv.narrow(1, q_width, kv_width);
+        v = qkv.narrow(1, q_width + kv_width, kv_width);
+        return;
+      }
       q = ops_.linear(x, q_, q_bias_);  // [T, nh * D]
       k = ops_.linear(x, k_, k_bias_);  // [T, nkv * D]
       v = ops_.linear(x, v_, v_bias_);  // [T, nkv * D]
@@ -61,22 +80,27 @@ class GqaAttention final : public Attention {
     if (c_.qk_norm == QkNorm::whole) {
       ops_.rms_norm(q, q_norm_, c_.rms_norm_eps, q.size(1));
       ops_.rms_norm(k, k_norm_, c_.rms_norm_eps, k.size(1));
-    } else if (c_.qk_norm == QkNorm::per_head) {
-      ops_.rms_norm(q, q_norm_, c_.rms_norm_eps, c_.head_dim);
-      ops_.rms_norm(k, k_norm_, c_.rms_norm_eps, c_.head_dim);
     }
     if (c_.clip_qkv > 0)
       for (Tensor* t : {&q, &k, &v}) ops_.clamp(*t, static_cast<float>(c_.clip_qkv));
-    ops_.rope(rope_, q, c_.num_heads, 0, batch.positions);
-    ops_.rope(rope_, k, c_.num_kv_heads, 0, batch.positions);
-    ops_.append_kv(cache, layer, batch, k, v);
+    HeadNorms norms;
+    norms.eps = c_.rms_norm_eps;
+    if (c_.qk_norm == QkNorm::per_head) {
+      norms.q = q_norm_;
+      norms.k = k_norm_;
+    }
+    ops_.attention_inputs(q, k, v, norms, rope_,
+                          {.heads = c_.num_heads, .kv_heads = c_.num_kv_heads, .dk = c_.head_dim,
+                           .dv = c_.head_dim},
+                          cache, layer, batch);
   }
 
   const ModelConfig& c_;
   const Rope& rope_;
   DecoderOps& ops_;
   ForwardTimes* times_;  // may be null
-  Tensor q_, k_, v_, o_;                       // [out, in] checkpoint views
+  Tensor q_, k_, v_, o_;                       // [out, in] checkpoint views (q, k, v undefined when fused)
+  Tensor qkv_, qkv_bias_;                      // q, k, v stacked (fuse_rows), or undefined
   Tensor q_bias_, k_bias_, v_bias_, o_bias_;   // F32 or undefined
   Tensor q_norm_, k_norm_;                     // F32 or undefined
 };

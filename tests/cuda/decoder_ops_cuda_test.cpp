@@ -257,6 +257,78 @@ TEST_F(CudaOps, PagedAttentionTiledPrefillAndChunks) {
   }
 }
 
+// attention_inputs on q, k and v as views of one fused projection's output (the GPU's one-pass kernel)
+// against the CPU's ops one by one on copies: the projection after the call (q and k normed and rotated in
+// place, v untouched) and the attention over what went into each cache, for a 37-row prefill (the tiled
+// kernel) then a decode row, per-head norms on and off, RoPE pairings halves and pairs, head sizes 64, 128.
+TEST_F(CudaOps, AttentionInputsFromFusedProjection) {
+  SKIP_WITHOUT_GPU();
+  const int64_t heads = 8, kv_heads = 2;
+  for (const int64_t D : {64, 128})
+    for (const bool norms_on : {true, false})
+      for (const model::RopeLayout layout : {model::RopeLayout::halves, model::RopeLayout::pairs}) {
+        const int64_t q_width = heads * D, kv_width = kv_heads * D, width = q_width + 2 * kv_width;
+        model::RopeConfig config;
+        config.dim = D;
+        config.theta = 1e6;
+        config.layout = layout;
+        const model::Rope rope(config);
+        const model::AttentionShape shape{
+            .heads = heads, .kv_heads = kv_heads, .dk = D, .dv = D, .scale = 1.0 / std::sqrt(double(D))};
+        model::HeadNorms cpu_norms, gpu_norms;
+        cpu_norms.eps = gpu_norms.eps = 1e-6;
+        if (norms_on) {
+          cpu_norms.q = random({D}, 0.5f);
+          cpu_norms.k = random({D}, 0.5f);
+          gpu_norms.q = w32(cpu_norms.q);
+          gpu_norms.k = w32(cpu_norms.k);
+        }
+        ModelKvCache cpu_cache(this, 1, 1, 256, kv_width, kv_width);
+        ModelKvCache gpu_cache(this, 1, 1, 256, kv_width, kv_width, /*num_blocks=*/0,
+                               [&](std::vector<int64_t> s) { return gpu_->kv_blocks(s); });
+        for (const int64_t T : {37, 1}) {
+          BatchLayout batch;
+          cpu_cache.reserve(0, T);
+          gpu_cache.reserve(0, T);
+          const int64_t start = cpu_cache.length(0);
+          batch.spans.push_back({.seq = 0, .row = 0, .count = T, .start = start});
+          for (int64_t i = 0; i < T; ++i) batch.positions.push_back(start + i);
+          batch.total = T;
+          const Tensor qkv = random({T, width});
+          // Columns [from, from + n) of a host [T, m] tensor, and back.
+          const auto columns = [&](const Tensor& x, int64_t from, int64_t n) {
+            Tensor out = Tensor::empty(DType::F32, {T, n});
+            for (int64_t t = 0; t < T; ++t)
+              std::copy_n(x.data_as<float>() + t * x.size(1) + from, n, out.data_as<float>() + t * n);
+            return out;
+          };
+          Tensor q = columns(qkv, 0, q_width), k = columns(qkv, q_width, kv_width);
+          const Tensor v = columns(qkv, q_width + kv_width, kv_width);
+          cpu_->attention_inputs(q, k, v, cpu_norms, rope, shape, cpu_cache, 0, batch);
+          Tensor want = Tensor::empty(DType::F32, {T, width});
+          for (int64_t t = 0; t < T; ++t) {
+            float* row = want.data_as<float>() + t * width;
+            std::copy_n(q.data_as<float>() + t * q_width, q_width, row);
+            std::copy_n(k.data_as<float>() + t * kv_width, kv_width, row + q_width);
+            std::copy_n(v.data_as<float>() + t * kv_width, kv_width, row + q_width + kv_width);
+          }
+          begin(batch, gpu_cache);
+          const Tensor qkv_gpu = up(qkv);
+          Tensor q_gpu = qkv_gpu.narrow(1, 0, q_width), k_gpu = qkv_gpu.narrow(1, q_width, kv_width);
+          const Tensor v_gpu = qkv_gpu.narrow(1, q_width + kv_width, kv_width);
+          gpu_->attention_inputs(q_gpu, k_gpu, v_gpu, gpu_norms, rope, shape, gpu_cache, 0, batch);
+          const std::string what = "attention_inputs D " + std::to_string(D) + (norms_on ? ", norms" : "") +
+                                   (layout == model::RopeLayout::pairs ? ", pairs" : ", halves") + ", rows " +
+                                   std::to_string(T);
+          expect_close(qkv_gpu, want, what.c_str());
+          expect_close(gpu_->attention(q_gpu, gpu_cache, 0, batch, shape),
+                       cpu_->attention(q, cpu_cache, 0, batch, shape), (what + ", attention").c_str());
+          cpu_cache.commit(0, T);
+          gpu_cache.commit(0, T);
+        }
+      }
+}
+
 // The host copies come through reused page-locked buffers: one the caller still holds is never written.
 TEST_F(CudaOps, HostCopiesStayValidWhileHeld) {
   SKIP_WITHOUT_GPU();
