@@ -225,6 +225,9 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
       if (end > begin) prefetch_l2(p.gate + int64_t{row} * H + 4 * begin, 16 * (end - begin));
     }
   }
+  // NOTE: launched dependent on the kernel before (which makes x): the gate rows above are weights; x, the
+  // outputs and the grid barrier's counter wait for that kernel.
+  wait_for_prior_grids();
   // x into shared memory (every phase reads it or its routing), expert masks cleared.
   {
     const uint4* src = reinterpret_cast<const uint4*>(p.x);
@@ -481,6 +484,7 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
   }
   grid_barrier_wait(p.barrier, arrived);
   stamp(p, 8);
+  allow_dependent_launch();  // the next kernel's launch overlaps phase 2 (it waits for this grid's end)
 
   // ---- Phase 2: down and the weighted sum, over this block's output columns. --------------------------
   // A task is (group of kDownRows consecutive columns h, token t, slot j, segment s): the activation
@@ -597,16 +601,18 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
   const size_t smem = dynamic_smem_bytes<MAXT>(p);
   // NOTE: the limit is the most a block may take, whatever this launch's size.
   raise_shared_memory_once<decode_layer_kernel<MAXT, FP8>>(device_limits().smem_optin - (24 << 10));
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeCooperative;  // the grid barriers need every block resident
-  attribute.val.cooperative = 1;
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeCooperative;  // the grid barriers need every block resident
+  attributes[0].val.cooperative = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(device_limits().sms));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = 2;
   MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layer_kernel<MAXT, FP8>, p));
 }
 

@@ -1,6 +1,9 @@
 // RMSNorm as transformers computes it (normalise in fp32, then multiply by the weight): the decoder's
 // residual add fused with the norm after it (a block a row), and the in-place group norms of q/k heads and
 // of MLA's latent (a warp a group).
+#include <algorithm>
+#include <string>
+
 #include "cuda/check.h"
 #include "cuda/decoder_kernels.h"
 #include "cuda/launch.h"
@@ -21,24 +24,40 @@ __device__ float block_sum(float v, float* shared) {
   return v;
 }
 
+// A thread holds PER values of the row (columns threadIdx.x + i · blockDim.x) from the add to the norm, and
+// the norm's weights are read before the wait for the kernel before (they are not its outputs).
+template <int PER>
 __global__ void add_rms_norm_kernel(float* __restrict__ residual, const bf16* __restrict__ delta_bf16,
                                     const float* __restrict__ delta_f32, const float* __restrict__ weight,
                                     int64_t hidden, float eps, bf16* __restrict__ out) {
   __shared__ float partial[32];
   allow_dependent_launch();
-  wait_for_prior_grids();  // the inputs come from the kernel before
+  float w[PER], v[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
+    w[i] = c < hidden ? weight[c] : 0.0f;
+  }
+  wait_for_prior_grids();  // the residual and delta come from the kernels before
   float* x = residual + blockIdx.x * hidden;
   float squares = 0.0f;
-  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
-    float v = x[c];
-    if (delta_bf16) v += __bfloat162float(delta_bf16[blockIdx.x * hidden + c]);
-    if (delta_f32) v += delta_f32[blockIdx.x * hidden + c];
-    x[c] = v;
-    squares += v * v;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
+    v[i] = 0.0f;
+    if (c >= hidden) continue;
+    v[i] = x[c];
+    if (delta_bf16) v[i] += __bfloat162float(delta_bf16[blockIdx.x * hidden + c]);
+    if (delta_f32) v[i] += delta_f32[blockIdx.x * hidden + c];
+    x[c] = v[i];
+    squares += v[i] * v[i];
   }
   const float inv = rsqrtf(block_sum(squares, partial) / static_cast<float>(hidden) + eps);
-  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x)
-    out[blockIdx.x * hidden + c] = __float2bfloat16(x[c] * inv * weight[c]);
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
+    if (c < hidden) out[blockIdx.x * hidden + c] = __float2bfloat16(v[i] * inv * w[i]);
+  }
 }
 
 // A warp a group (row r, group g): columns [g · width, (g + 1) · width) of row r.
@@ -65,9 +84,18 @@ __global__ void rms_norm_kernel(bf16* __restrict__ x, int64_t n_groups, int64_t 
 
 void add_rms_norm(float* residual, const bf16* delta_bf16, const float* delta_f32, const float* weight,
                   int64_t rows, int64_t hidden, float eps, bf16* out, cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(hidden >= 1 && hidden <= 32 * 1024,
+                   "add_rms_norm: hidden size " + std::to_string(hidden) + " is outside [1, 32768]");
   if (rows == 0) return;
-  launch_dependent(add_rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(kNormThreads), 0, stream, residual,
-                   delta_bf16, delta_f32, weight, hidden, eps, out);
+  const dim3 grid(static_cast<unsigned>(rows));
+  if (hidden <= 8 * 1024) {
+    const auto threads = static_cast<unsigned>(std::max<int64_t>(32, (hidden + 8 * 32 - 1) / (8 * 32) * 32));
+    launch_dependent(add_rms_norm_kernel<8>, grid, dim3(threads), 0, stream, residual, delta_bf16, delta_f32, weight,
+                     hidden, eps, out);
+  } else {
+    launch_dependent(add_rms_norm_kernel<32>, grid, dim3(1024), 0, stream, residual, delta_bf16, delta_f32, weight,
+                     hidden, eps, out);
+  }
   MOE_CUDA_CHECK_LAUNCH();
 }
 
