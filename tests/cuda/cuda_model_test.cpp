@@ -10,6 +10,7 @@
 //     the first difference, margins or not, are printed;
 //   - a batch of every prompt: each row within 1e-2 of that prompt alone (other GEMM shapes, same math);
 //   - a sequence whose KV blocks are out of order: the same logits (1e-6) as one whose blocks are in order.
+#include "gpu_skip.h"
 #include "engine/cuda_model.h"
 
 #include <gtest/gtest.h>
@@ -30,11 +31,6 @@ namespace {
 using model::CausalLM;
 using model::RoutingEvent;
 
-#define SKIP_WITHOUT_GPU()                                             \
-  do {                                                                 \
-    if (::moe::cuda::visible_gpus().empty()) GTEST_SKIP() << "no GPU"; \
-  } while (0)
-
 // (layer, position) -> the set of experts chosen.
 using Routing = std::map<std::pair<int64_t, int64_t>, std::set<int32_t>>;
 
@@ -51,7 +47,7 @@ constexpr double kLogitsTolerance = 5e-2, kAfterRerouteTolerance = 0.25;
 class GpuDecoder : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuDecoder, PrefillLogitsAndGreedyMatchTheCpu) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const Fixture fixture = load_fixture(GetParam());
   const auto gpu = engine::load_cuda_causal_lm(fixture.dir, {});
   const auto cpu = CausalLM::load(fixture.dir);
@@ -122,7 +118,7 @@ TEST_P(GpuDecoder, PrefillLogitsAndGreedyMatchTheCpu) {
 }
 
 TEST_P(GpuDecoder, BatchEqualsEachAloneAndPagedEqualsContiguous) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const Fixture fixture = load_fixture(GetParam());
   const auto gpu = engine::load_cuda_causal_lm(fixture.dir, {});
   const int64_t V = gpu->info().vocab_size;

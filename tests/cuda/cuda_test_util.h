@@ -12,6 +12,7 @@
 
 #include "cuda/check.h"
 #include "cuda/device_info.h"
+#include "gpu_skip.h"
 #include "moe/core/expert_batch.h"
 #include "moe/core/tensor.h"
 #include "moe/layer/moe_config.h"
@@ -19,11 +20,6 @@
 #include "test_random.h"
 
 namespace moe::test {
-
-#define MOE_SKIP_WITHOUT_GPU()                                       \
-  do {                                                               \
-    if (::moe::cuda::visible_gpus().empty()) GTEST_SKIP() << "no GPU"; \
-  } while (0)
 
 // A device copy of `host`, or `count` elements of junk (0xA5 bytes) when host is empty.
 template <class T>

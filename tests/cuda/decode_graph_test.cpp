@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "gpu_skip.h"
 #include "cuda/device_info.h"
 #include "engine/cuda_model.h"
 #include "model_fixture.h"
@@ -19,11 +20,6 @@ namespace {
 
 using model::CausalLM;
 using model::RoutingEvent;
-
-#define SKIP_WITHOUT_GPU()                                             \
-  do {                                                                 \
-    if (::moe::cuda::visible_gpus().empty()) GTEST_SKIP() << "no GPU"; \
-  } while (0)
 
 struct Decoded {
   std::vector<std::vector<int32_t>> tokens;  // [step][sequence]
@@ -53,7 +49,7 @@ Decoded decode(CausalLM& lm, int64_t n, int steps) {
 class DecodeGraphs : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DecodeGraphs, ReplayEqualsEagerSteps) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const Fixture fixture = load_fixture(GetParam());
   const auto eager = engine::load_cuda_causal_lm(fixture.dir, {.enforce_eager = true});
   const auto graphs = engine::load_cuda_causal_lm(fixture.dir, {});

@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "gpu_skip.h"
 #include "cuda_decoder_ops.h"
 #include "kv_cache.h"
 #include "cuda/device_info.h"
@@ -23,11 +24,6 @@ using model::DecoderOps;
 using model::ModelKvCache;
 
 constexpr double kBf16Tolerance = 1e-2;
-
-#define SKIP_WITHOUT_GPU()                                             \
-  do {                                                                 \
-    if (::moe::cuda::visible_gpus().empty()) GTEST_SKIP() << "no GPU"; \
-  } while (0)
 
 class CudaOps : public ::testing::Test {
  protected:
@@ -94,7 +90,7 @@ class CudaOps : public ::testing::Test {
 };
 
 TEST_F(CudaOps, EmbeddingAddRmsNormAndGroupNorms) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const int64_t T = 7, H = 192, V = 50;
   const Tensor table = random({V, H}), weight = random({H}), delta = random({T, H});
   const std::vector<int32_t> ids = {3, 0, 49, 7, 7, 12, 31};
@@ -127,7 +123,7 @@ TEST_F(CudaOps, EmbeddingAddRmsNormAndGroupNorms) {
 }
 
 TEST_F(CudaOps, RopeDefaultAndYarnEveryPairing) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const int64_t T = 5, heads = 3, D = 64;
   const std::vector<int64_t> positions = {0, 1, 17, 300, 4095};
   for (const model::RopeLayout layout :
@@ -155,7 +151,7 @@ TEST_F(CudaOps, RopeDefaultAndYarnEveryPairing) {
 }
 
 TEST_F(CudaOps, LinearSwigluGatherAndLmHead) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const int64_t T = 9, H = 128, I = 96, V = 1000;
   const Tensor x = random({T, H}), w = random({I, H}, 0.1f), bias = random({I});
   expect_close(gpu_->linear(up(x), w16(w), w32(bias)), cpu_->linear(x, w, bias), "linear with bias");
@@ -176,7 +172,7 @@ TEST_F(CudaOps, LinearSwigluGatherAndLmHead) {
 // A prefill of two sequences (one with blocks out of order) then a decode step of both, GQA with 4 query
 // heads per KV head, against the CPU's attention over its own cache.
 TEST_F(CudaOps, PagedAttentionPrefillThenDecode) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const int64_t heads = 8, kv_heads = 2, D = 64, row = kv_heads * D;
   ModelKvCache cpu_cache(this, 1, 2, 64, row, row);
   ModelKvCache gpu_cache(this, 1, 2, 64, row, row, /*num_blocks=*/0,
@@ -215,7 +211,7 @@ TEST_F(CudaOps, PagedAttentionPrefillThenDecode) {
 // 1 to 300 rows beside a second sequence's 20 (so that a tile of 64 rows spans both), then a chunk of 70
 // rows on the cached prompt beside a decode row; GQA ratios 1, 4 and 8, head sizes 64 and 128.
 TEST_F(CudaOps, PagedAttentionTiledPrefillAndChunks) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   struct Heads {
     int64_t heads, kv_heads, D;
   };
@@ -262,7 +258,7 @@ TEST_F(CudaOps, PagedAttentionTiledPrefillAndChunks) {
 // place, v untouched) and the attention over what went into each cache, for a 37-row prefill (the tiled
 // kernel) then a decode row, per-head norms on and off, RoPE pairings halves and pairs, head sizes 64, 128.
 TEST_F(CudaOps, AttentionInputsFromFusedProjection) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const int64_t heads = 8, kv_heads = 2;
   for (const int64_t D : {64, 128})
     for (const bool norms_on : {true, false})
@@ -331,7 +327,7 @@ TEST_F(CudaOps, AttentionInputsFromFusedProjection) {
 
 // The host copies come through reused page-locked buffers: one the caller still holds is never written.
 TEST_F(CudaOps, HostCopiesStayValidWhileHeld) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const Tensor first = random({8, 1000});
   const Tensor held = gpu_->to_host(up(first));
   for (const int64_t rows : {2, 16, 8, 1, 32, 8}) {
@@ -344,7 +340,7 @@ TEST_F(CudaOps, HostCopiesStayValidWhileHeld) {
 // to_host_all: every tensor in order (a host one as it is), and the copies of one call stay valid while
 // later calls run (their buffer is not reused while any of them is held).
 TEST_F(CudaOps, HostCopiesTogetherStayValidWhileHeld) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const Tensor a = random({3, 7}), b = random({5, 130}), c = random({1, 1});
   const std::vector<Tensor> first = gpu_->to_host_all(std::vector<Tensor>{up(a), b, up(c)});
   ASSERT_EQ(first.size(), 3u);
@@ -365,7 +361,7 @@ TEST_F(CudaOps, HostCopiesTogetherStayValidWhileHeld) {
 }
 
 TEST_F(CudaOps, MlaAbsorbedProducts) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const model::MlaShape shape{.heads = 4, .nope = 32, .rope = 16, .v = 24, .rank = 64};
   const int64_t T = 6;
   const Tensor kv_b = random({shape.heads * (shape.nope + shape.v), shape.rank}, 0.2f);

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu_skip.h"
 #include "checkpoint_layout.h"
 #include "cuda/check.h"
 #include "cuda/decoder_kernels.h"
@@ -43,11 +44,6 @@ std::vector<int32_t> choose_on_gpu(model::DecoderOps& ops, const Tensor& logits,
   return ops.choose_tokens(logits, choices);
 }
 
-#define SKIP_WITHOUT_GPU()                                             \
-  do {                                                                 \
-    if (::moe::cuda::visible_gpus().empty()) GTEST_SKIP() << "no GPU"; \
-  } while (0)
-
 std::vector<float> fill(int64_t n, float stddev, uint64_t seed) {
   Tensor t = cuda::device_empty(DType::F32, {n}, nullptr);
   cuda::fill_uniform(t.data_as<float>(), n, stddev, seed, nullptr);
@@ -57,7 +53,7 @@ std::vector<float> fill(int64_t n, float stddev, uint64_t seed) {
 }
 
 TEST(RandomFill, IsSeededAndScaled) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   constexpr int64_t n = 1 << 20;
   const std::vector<float> a = fill(n, 0.5f, 7), b = fill(n, 0.5f, 7), c = fill(n, 0.5f, 8);
   EXPECT_EQ(a, b);
@@ -81,7 +77,7 @@ TEST(RandomFill, IsSeededAndScaled) {
 class DeviceWeights : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeviceWeights, LoadAsTheDirectoryDoes) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const std::filesystem::path dir = fixture_dir(GetParam());
   const Checkpoint file = Checkpoint::open(dir);
   const model::ModelConfig config = model::load_model_config(dir);
@@ -114,7 +110,7 @@ TEST_P(DeviceWeights, LoadAsTheDirectoryDoes) {
 // The device's token choice (cuda/sampling.cu) against the host's rule (model/token_choice.cpp) on random
 // logits of a full vocabulary: greedy, temperature alone, top-k, top-p and both, at random uniforms.
 TEST(DeviceTokenChoice, MatchesTheHostRule) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const uint64_t seed = 20261202;
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 gen(seed);
@@ -146,7 +142,7 @@ TEST(DeviceTokenChoice, MatchesTheHostRule) {
 
 // A row with NaN or Inf (greedy or sampled) is an error naming the row: the logits never reach the host.
 TEST(DeviceTokenChoice, NonFiniteLogitsAreAnError) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const int64_t V = 1000;
   const auto ops = engine::make_cuda_decoder_ops();
   for (const float bad : {std::nanf(""), INFINITY}) {
@@ -163,7 +159,7 @@ TEST(DeviceTokenChoice, NonFiniteLogitsAreAnError) {
 
 // forward_sample on the GPU: greedy is the argmax of the GPU's own logits.
 TEST(DeviceTokenChoice, ForwardSampleIsTheArgmaxOfForward) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const auto lm = engine::load_cuda_causal_lm(fixture_dir("qwen3_moe"), {});
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}, {4, 2}, {7}};
   auto a = lm->new_cache(3, 8), b = lm->new_cache(3, 8);

@@ -20,6 +20,7 @@
 #include <random>
 #include <set>
 
+#include "gpu_skip.h"
 #include "model_fixture.h"
 #include "cuda/device_info.h"
 #include "cuda/device_buffer.h"
@@ -35,15 +36,10 @@ using model::CausalLM;
 using model::ModelBackend;
 using model::RoutingEvent;
 
-#define SKIP_WITHOUT_GPU()                                                \
-  do {                                                                    \
-    if (::moe::cuda::visible_gpus().empty()) GTEST_SKIP() << "no GPU";    \
-  } while (0)
-
 class CudaModelFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaModelFixture, MatchesTransformersWithinBf16) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const Fixture fixture = load_fixture(GetParam());
   model::ModelOptions options;
   options.backend = ModelBackend::cuda;
@@ -133,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaModelFixture, ::testing::ValuesIn(fixture
 // to 64 at upload, which must not change the result: routing identical except where the CPU's top-k
 // selection scores are within 1e-3 of the next expert's, outputs within bf16 rounding.
 TEST(CudaMoeLayerPadding, FixtureLayerWithSmallIntermediateMatchesTheCpu) {
-  SKIP_WITHOUT_GPU();
+  MOE_SKIP_WITHOUT_GPU();
   const model::ModelConfig config = model::load_model_config(fixture_dir("qwen2_moe"));
   ASSERT_NE(config.moe.expert_intermediate_size % 64, 0);
   ASSERT_NE(config.moe.shared_intermediate_size % 64, 0);
