@@ -3,6 +3,10 @@
 # and out ($OUT, else /tmp), and exports the library path (the carried libraries first, then the device's
 # CUDA), MOE_BINARY (the CLI tests run `moe` from there) and MOE_TEST_DATA (the fixtures some tests read).
 carry=${CARRY:-.device-carry}
+# The carry as `prepare` packs it (and builds packed inside it, e.g. base/ for `ab`): unpacked once, there.
+while IFS= read -r pack; do
+  [ -d "$(dirname "$pack")/bin" ] || tar xJf "$pack" -C "$(dirname "$pack")"
+done < <(find "$carry" -name pack.tar.xz 2>/dev/null)
 bin=$carry/bin
 out=${OUT:-/tmp}
 export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
