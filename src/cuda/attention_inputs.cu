@@ -7,6 +7,7 @@
 #include "cuda/check.h"
 #include "cuda/decoder_kernels.h"
 #include "cuda/launch.h"
+#include "cuda/rope_pair.cuh"
 
 namespace moe::cuda {
 
@@ -23,9 +24,8 @@ __global__ void attention_inputs_kernel(AttentionInputsArgs a) {
   const float* norm = is_q ? a.q_norm : a.k_norm;
   const int i = threadIdx.x, half = a.half;
   const bool active = i < half;  // the block is rounded up to whole warps
-  const bool interleaved = a.pairing != RopePairing::halves;
-  const int in0 = interleaved ? 2 * i : i, in1 = interleaved ? 2 * i + 1 : i + half;
-  float x0 = active ? __bfloat162float(x[in0]) : 0.0f, x1 = active ? __bfloat162float(x[in1]) : 0.0f;
+  const RopePair pair = rope_pair(a.pairing, i, half);
+  float x0 = active ? __bfloat162float(x[pair.in0]) : 0.0f, x1 = active ? __bfloat162float(x[pair.in1]) : 0.0f;
   if (norm) {
     float squares = x0 * x0 + x1 * x1;
     for (int o = 16; o > 0; o >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o);
@@ -35,26 +35,21 @@ __global__ void attention_inputs_kernel(AttentionInputsArgs a) {
     for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) squares += partial[w];
     const float inv = rsqrtf(squares / static_cast<float>(a.head_dim) + a.eps);
     if (active) {
-      x0 = __bfloat162float(__float2bfloat16(x0 * inv * norm[in0]));
-      x1 = __bfloat162float(__float2bfloat16(x1 * inv * norm[in1]));
+      x0 = __bfloat162float(__float2bfloat16(x0 * inv * norm[pair.in0]));
+      x1 = __bfloat162float(__float2bfloat16(x1 * inv * norm[pair.in1]));
     }
   }
-  float s = 0.0f, c = 0.0f;
-  if (active) sincosf(a.inv_freq[i] * static_cast<float>(a.positions[row]), &s, &c);
-  c *= a.attention_factor;
-  s *= a.attention_factor;
-  const bf16 r0 = __float2bfloat16(x0 * c - x1 * s), r1 = __float2bfloat16(x1 * c + x0 * s);
   __syncthreads();
   if (!active) return;
-  const bool pairs_out = a.pairing == RopePairing::pairs;
-  const int out0 = pairs_out ? 2 * i : i, out1 = pairs_out ? 2 * i + 1 : i + half;
-  x[out0] = r0;
-  x[out1] = r1;
+  const float2 r = rope_rotate(x0, x1, a.inv_freq[i], a.positions[row], a.attention_factor);
+  const bf16 r0 = __float2bfloat16(r.x), r1 = __float2bfloat16(r.y);
+  x[pair.out0] = r0;
+  x[pair.out1] = r1;
   const int32_t slot = a.slots[row];
   if (is_q || slot < 0) return;  // q's head, or a padding row of a recorded step
   const int64_t width = a.kv_heads * a.head_dim, at = int64_t{slot} * width + kv_head * a.head_dim;
-  a.key_pool[at + out0] = __bfloat162float(r0);
-  a.key_pool[at + out1] = __bfloat162float(r1);
+  a.key_pool[at + pair.out0] = __bfloat162float(r0);
+  a.key_pool[at + pair.out1] = __bfloat162float(r1);
   const bf16* v = a.v + row * a.v_row + kv_head * a.head_dim;
   a.value_pool[at + i] = __bfloat162float(v[i]);
   a.value_pool[at + i + half] = __bfloat162float(v[i + half]);

@@ -6,6 +6,7 @@
 #include "cuda/check.h"
 #include "cuda/decoder_kernels.h"
 #include "cuda/launch.h"
+#include "cuda/rope_pair.cuh"
 
 namespace moe::cuda {
 
@@ -18,24 +19,12 @@ __global__ void rope_kernel(RopeArgs a) {
   const int i = threadIdx.x;
   const int64_t row_stride = a.row_stride > 0 ? a.row_stride : a.heads * a.head_stride;
   bf16* x = a.x + row * row_stride + head * a.head_stride + a.offset;
-  const int half = a.half;
-  const bool interleaved = a.pairing != RopePairing::halves;
-  const float x0 = __bfloat162float(x[interleaved ? 2 * i : i]);
-  const float x1 = __bfloat162float(x[interleaved ? 2 * i + 1 : i + half]);
-  const float angle = a.inv_freq[i] * static_cast<float>(a.positions[row]);
-  float s, c;
-  sincosf(angle, &s, &c);
-  c *= a.attention_factor;
-  s *= a.attention_factor;
-  const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
+  const RopePair pair = rope_pair(a.pairing, i, a.half);
+  const float2 r = rope_rotate(__bfloat162float(x[pair.in0]), __bfloat162float(x[pair.in1]), a.inv_freq[i],
+                               a.positions[row], a.attention_factor);
   __syncthreads();
-  if (a.pairing == RopePairing::pairs) {
-    x[2 * i] = __float2bfloat16(r0);
-    x[2 * i + 1] = __float2bfloat16(r1);
-  } else {
-    x[i] = __float2bfloat16(r0);
-    x[i + half] = __float2bfloat16(r1);
-  }
+  x[pair.out0] = __float2bfloat16(r.x);
+  x[pair.out1] = __float2bfloat16(r.y);
 }
 
 }  // namespace

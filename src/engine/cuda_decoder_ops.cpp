@@ -45,6 +45,12 @@ void require_device(const Tensor& t, DType dtype, const char* op, bool strided_r
             dtype_name(t.dtype()), t.shape_string(), t.device() == Device::cuda ? "device" : "host");
 }
 
+cuda::RopePairing device_pairing(cpu::RopePairing pairing) {
+  return pairing == cpu::RopePairing::halves  ? cuda::RopePairing::halves
+         : pairing == cpu::RopePairing::pairs ? cuda::RopePairing::pairs
+                                              : cuda::RopePairing::pairs_to_halves;
+}
+
 // The last contents uploaded to one device table, re-sent only when they change.
 template <class T, DType kDType>
 class DeviceTable {
@@ -165,9 +171,6 @@ class CudaDecoderOps final : public model::DecoderOps {
                   static_cast<int64_t>(positions.size()) == x.size(0),
               "rope: rows {} do not hold {} heads with {} rotary dimensions from column {} ({} positions)",
               x.shape_string(), heads, 2 * half, offset, positions.size());
-    const auto pairing = table.pairing == cpu::RopePairing::halves  ? cuda::RopePairing::halves
-                         : table.pairing == cpu::RopePairing::pairs ? cuda::RopePairing::pairs
-                                                                    : cuda::RopePairing::pairs_to_halves;
     cuda::rope({.x = bf16_data(x),
                 .rows = x.size(0),
                 .heads = heads,
@@ -176,7 +179,7 @@ class CudaDecoderOps final : public model::DecoderOps {
                 .inv_freq = inv_freq_.upload({table.inv_freq.begin(), table.inv_freq.end()}, stream_),
                 .half = half,
                 .attention_factor = table.attention_factor,
-                .pairing = pairing,
+                .pairing = device_pairing(table.pairing),
                 .positions = step_rows(static_cast<int64_t>(positions.size()), "rope").positions,
                 .row_stride = x.strides()[0]},
                stream_);
@@ -204,9 +207,6 @@ class CudaDecoderOps final : public model::DecoderOps {
               "attention_inputs: q {}, k {}, v {} are not [{}, {} x {}] and [{}, {} x {}]", q.shape_string(),
               k.shape_string(), v.shape_string(), batch.total, shape.heads, D, batch.total, shape.kv_heads, D);
     const CudaStepTables::View& step = step_rows(batch.total, "attention_inputs");
-    const auto pairing = table.pairing == cpu::RopePairing::halves  ? cuda::RopePairing::halves
-                         : table.pairing == cpu::RopePairing::pairs ? cuda::RopePairing::pairs
-                                                                    : cuda::RopePairing::pairs_to_halves;
     cuda::attention_inputs(
         {.q = bf16_data(q),
          .k = bf16_data(k),
@@ -224,7 +224,7 @@ class CudaDecoderOps final : public model::DecoderOps {
          .inv_freq = inv_freq_.upload({table.inv_freq.begin(), table.inv_freq.end()}, stream_),
          .half = static_cast<int>(half),
          .attention_factor = table.attention_factor,
-         .pairing = pairing,
+         .pairing = device_pairing(table.pairing),
          .positions = step.positions,
          .slots = step.slots,
          .key_pool = cache.pool().keys(layer, 0),
@@ -349,8 +349,6 @@ class CudaDecoderOps final : public model::DecoderOps {
     cuda::choose_tokens(logits.data_as<float>(), n, logits.size(1), step.choices, ids.data_as<int32_t>(), stream_);
   }
 
-  // NOTE: a weight already on the device (random weights made there) is kept as it is, in the dtype it must
-  // have.
   Tensor fuse_rows(std::span<const Tensor> weights) override {
     MOE_CHECK(!weights.empty(), "fuse_rows: no weights");
     std::vector<int64_t> shape = weights.front().shape();
@@ -375,6 +373,8 @@ class CudaDecoderOps final : public model::DecoderOps {
     return fused;
   }
 
+  // NOTE: a weight already on the device (random weights made there) is kept as it is, in the dtype it must
+  // have.
   Tensor load_weight(const Tensor& view, bool fp32) override {
     const DType dtype = fp32 ? DType::F32 : DType::BF16;
     if (view.device() == Device::cuda) return weight(view, dtype);
