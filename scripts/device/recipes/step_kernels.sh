@@ -11,16 +11,9 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 model=${MODEL:-}
 if [ -z "$model" ]; then
   model=/tmp/moe-step-kernels.json
-  python3 - "$model" "${LAYERS:-2}" <<'PY'
-import json, sys
-shape = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
-         "num_hidden_layers": int(sys.argv[2]), "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
-         "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True, "decoder_sparse_step": 1,
-         "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-06,
-         "rope_theta": 1000000.0, "rope_scaling": None, "attention_bias": False, "use_sliding_window": False,
-         "tie_word_embeddings": False, "hidden_act": "silu", "bos_token_id": 151643, "eos_token_id": 151645}
-json.dump(shape, open(sys.argv[1], "w"))
-PY
+  # The shape's config as random_model.py (transformers) writes it, cut to LAYERS layers.
+  python3 -c 'import sys; sys.path.insert(0, "scripts/device"); import random_model
+random_model.SHAPES["qwen3-30b-a3b"](int(sys.argv[2])).to_json_file(sys.argv[1])' "$model" "${LAYERS:-2}"
 fi
 args="bench --backend cuda --repeats 3 --random-model $model --batch ${BATCH:-1} --prompt-tokens ${PROMPT:-128} --decode-tokens ${STEPS:-3} ${EAGER---enforce-eager}"
 timeout 400 "$ncu" --clock-control none --cache-control none --print-units base --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum \
