@@ -17,6 +17,18 @@ namespace moe::ep {
 
 using DeviceStream = CUstream_st*;  // cudaStream_t
 
+// One block of device bytes for a peer (DeviceCommunicator::send_recv).
+struct DeviceSend {
+  int peer = 0;
+  const void* data = nullptr;
+  int64_t bytes = 0;
+};
+struct DeviceRecv {
+  int peer = 0;
+  void* data = nullptr;
+  int64_t bytes = 0;
+};
+
 class DeviceCommunicator {
  public:
   virtual ~DeviceCommunicator() = default;
@@ -31,6 +43,12 @@ class DeviceCommunicator {
   // send. The block to this rank itself is a device-to-device copy.
   virtual void alltoallv(const void* send, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs,
                          void* recv, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs,
+                         DeviceStream stream) = 0;
+  // Point-to-point blocks posted as one group on `stream` (so that no order of posting deadlocks): each
+  // send to its peer, each receive from its peer. The blocks between two ranks pair up in the order both
+  // sides list them, and a pair's bytes must agree. No block names this rank (a local copy is the caller's).
+  // Collective over the ranks the blocks name: they must all call it.
+  virtual void send_recv(std::span<const DeviceSend> sends, std::span<const DeviceRecv> recvs,
                          DeviceStream stream) = 0;
   // Plain all-to-all of device bytes: send [size, block_bytes], block p to peer p; recv [size, block_bytes].
   void alltoall(const void* send, void* recv, int64_t block_bytes, DeviceStream stream);

@@ -1,5 +1,6 @@
 // The NCCL transport (built only where CMake found CUDA, MPI and NCCL): one GPU per rank, the unique id
-// shared over the host communicator, all-to-all-v as grouped ncclSend/ncclRecv on the caller's stream.
+// shared over the host communicator, all-to-all-v and point-to-point blocks as grouped ncclSend/ncclRecv on
+// the caller's stream.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -94,6 +95,26 @@ class NcclCommunicator final : public DeviceCommunicator {
       if (recv_counts[p] > 0)
         MOE_NCCL_CHECK(ncclRecv(r + recv_displs[p], static_cast<size_t>(recv_counts[p]), ncclUint8, p, comm_, stream));
     }
+    MOE_NCCL_CHECK(ncclGroupEnd());
+  }
+
+  void send_recv(std::span<const DeviceSend> sends, std::span<const DeviceRecv> recvs, DeviceStream stream) override {
+    const int R = size(), me = rank();
+    for (const DeviceSend& b : sends)
+      MOE_CHECK(b.peer >= 0 && b.peer < R && b.peer != me && b.bytes >= 0,
+                "device send_recv: rank {} sends {} bytes to peer {} (a peer is another of the {} ranks)", me,
+                b.bytes, b.peer, R);
+    for (const DeviceRecv& b : recvs)
+      MOE_CHECK(b.peer >= 0 && b.peer < R && b.peer != me && b.bytes >= 0,
+                "device send_recv: rank {} receives {} bytes from peer {} (a peer is another of the {} ranks)", me,
+                b.bytes, b.peer, R);
+    if (sends.empty() && recvs.empty()) return;
+    // NOTE: NCCL matches the sends and receives of one pair of ranks in the order they are posted.
+    MOE_NCCL_CHECK(ncclGroupStart());
+    for (const DeviceSend& b : sends)
+      if (b.bytes > 0) MOE_NCCL_CHECK(ncclSend(b.data, static_cast<size_t>(b.bytes), ncclUint8, b.peer, comm_, stream));
+    for (const DeviceRecv& b : recvs)
+      if (b.bytes > 0) MOE_NCCL_CHECK(ncclRecv(b.data, static_cast<size_t>(b.bytes), ncclUint8, b.peer, comm_, stream));
     MOE_NCCL_CHECK(ncclGroupEnd());
   }
 
