@@ -18,6 +18,7 @@
 #include "cuda/permute_workspace.h"
 #include "cuda/router_gemm.h"
 #include "ep/cuda_ep_exchange.h"
+#include "ep/cuda_expert_slots.h"
 #include "ep/data_parallel.h"
 #include "ep/ep_layer.h"
 
@@ -40,7 +41,10 @@ struct EpCudaState {
   int slots = 0;
   std::unique_ptr<CudaEpExchange> exchange;
   DeviceBuffer<float> router, bias;
-  DeviceBuffer<bf16> w13, w2, shared_w13, shared_w2;
+  DeviceExpertSlots experts;  // this rank's, in slot order (shared with the layers of other epochs)
+  const bf16* w13 = nullptr;  // experts.w13 [slots, 2I, H]
+  const bf16* w2 = nullptr;   // experts.w2 [slots, H, I]
+  DeviceBuffer<bf16> shared_w13, shared_w2;
   cuda::RouterGemm router_gemm;  // the router past kFusedRouterMaxTokens
   DeviceBuffer<float> logits;    // [max_tokens, router_rows x RouterGemm's terms]
   DeviceBuffer<unsigned> arrivals;
@@ -54,8 +58,9 @@ struct EpCudaState {
   DeviceBuffer<bf16> shared_act, shared_out;
   DeviceBuffer<int32_t> shared_ints;
 
+  // slots: this rank's experts already on the GPU (shared, not copied); null: uploaded from weights.
   EpCudaState(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights, Placement placement,
-              EpWires wires, int64_t max_tokens);
+              const DeviceExpertSlots* slots, EpWires wires, int64_t max_tokens);
 
   // Router on this rank's tokens: x [T, H] bf16 -> topk ids / weights [T, k]; returns the logits' row stride.
   int64_t route(const bf16* x, int64_t T, int32_t* topk_ids, float* topk_weights, cudaStream_t stream);
@@ -73,7 +78,7 @@ struct EpCudaState {
 };
 
 EpCudaState::EpCudaState(DeviceCommunicator& comm, const MoeConfig& cfg, const MoeWeights& weights,
-                         Placement placement, EpWires wires, int64_t max_tok) {
+                         Placement placement, const DeviceExpertSlots* slots, EpWires wires, int64_t max_tok) {
   EpCudaState& s = *this;
   routing::validate(cfg.router);
   s.config = cfg;
@@ -108,9 +113,16 @@ EpCudaState::EpCudaState(DeviceCommunicator& comm, const MoeConfig& cfg, const M
     s.bias.upload(weights.correction_bias.to_f32().data_as<float>(), s.E);
   }
   // Only this rank's experts, in slot order.
-  std::vector<const SwigluWeights*> experts;
-  for (int32_t e : mine) experts.push_back(&weights.experts[e]);
-  if (!experts.empty()) cuda::upload_mlps(experts, s.H, s.I, s.w13, s.w2);
+  if (slots) {
+    check_device_slots(*slots, s.slots, s.H, s.I, "make_cuda_ep_layer");
+    s.experts = *slots;
+  } else {
+    std::vector<const SwigluWeights*> experts;
+    for (int32_t e : mine) experts.push_back(&weights.experts[e]);
+    s.experts = upload_device_slots(experts, s.H, s.I);
+  }
+  s.w13 = static_cast<const bf16*>(s.experts.w13.data());
+  s.w2 = static_cast<const bf16*>(s.experts.w2.data());
   if (s.S > 0) cuda::upload_mlps({&weights.shared}, s.H, s.S, s.shared_w13, s.shared_w2);
 
   const int64_t Tm = s.max_tokens;
@@ -190,7 +202,7 @@ Tensor EpCudaState::run_experts(const ExpertBatch& batch, cudaStream_t stream) {
   const int64_t rows = batch.row_token.numel();
   if (rows > 0) {
     cuda::GroupedGemmArgs up{.a = static_cast<const bf16*>(batch.rows.data()),
-                             .gather = batch.row_token.data_as<int32_t>(), .b = s.w13.get(), .c = s.act.get(),
+                             .gather = batch.row_token.data_as<int32_t>(), .b = s.w13, .c = s.act.get(),
                              .segment_offsets = batch.expert_offsets.data_as<int32_t>(),
                              .segment_counts = batch.expert_counts.data_as<int32_t>(),
                              .tile_expert = batch.tile_expert.data_as<int32_t>(),
@@ -201,7 +213,7 @@ Tensor EpCudaState::run_experts(const ExpertBatch& batch, cudaStream_t stream) {
     cuda::GroupedGemmArgs down = up;
     down.a = s.act.get();
     down.gather = nullptr;
-    down.b = s.w2.get();
+    down.b = s.w2;
     down.c = s.rows_out.get();
     down.k = s.I;
     down.n = s.H;
@@ -369,14 +381,12 @@ LayerOutput host_forward(EpCudaState& s, HostStaging& staging, MoeLayer& layer, 
   return out;
 }
 
-}  // namespace
-
-EpLayer make_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
-                           Placement placement, EpWires wires, int64_t max_batched_tokens) {
+EpLayer make_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights, Placement placement,
+                   const DeviceExpertSlots* slots, EpWires wires, int64_t max_batched_tokens) {
   MOE_CHECK(max_batched_tokens >= 1, "max_batched_tokens must be at least 1, got {}", max_batched_tokens);
   // Every rank sizes its buffers for the largest slice (rank 0's), so that what a peer sends always fits.
   const int64_t max_local = std::max<int64_t>(token_range(max_batched_tokens, 0, comm.size()).end, 1);
-  auto state = std::make_shared<EpCudaState>(comm, config, weights, std::move(placement), wires, max_local);
+  auto state = std::make_shared<EpCudaState>(comm, config, weights, std::move(placement), slots, wires, max_local);
   auto staging = std::make_shared<HostStaging>();
   staging->x = DeviceBuffer<uint16_t>(max_local * state->H);
   staging->out = DeviceBuffer<float>(max_local * state->H);
@@ -400,13 +410,26 @@ EpLayer make_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, co
   stages.host_forward = [state, staging](MoeLayer& layer, const Tensor& x) {
     return host_forward(*state, *staging, layer, x);
   };
-  stages.weight_bytes = static_cast<int64_t>(
-      (state->w13.size() + state->w2.size() + state->shared_w13.size() + state->shared_w2.size()) * sizeof(bf16));
+  stages.weight_bytes = static_cast<int64_t>(state->experts.w13.nbytes() + state->experts.w2.nbytes() +
+                                             (state->shared_w13.size() + state->shared_w2.size()) * sizeof(bf16));
   stages.max_tokens = max_local;
   return {.host = &comm.host(),
           .layer = std::make_unique<MoeLayer>(config, std::move(stages)),
           .last_stats = [state] { return state->last_stats(nullptr); },
-          .chunk_tokens = max_batched_tokens};
+          .chunk_tokens = max_batched_tokens,
+          .device_slots = state->experts};
+}
+
+}  // namespace
+
+EpLayer make_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
+                           Placement placement, EpWires wires, int64_t max_batched_tokens) {
+  return make_layer(comm, config, weights, std::move(placement), nullptr, wires, max_batched_tokens);
+}
+
+EpLayer make_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
+                           Placement placement, DeviceExpertSlots slots, EpWires wires, int64_t max_batched_tokens) {
+  return make_layer(comm, config, weights, std::move(placement), &slots, wires, max_batched_tokens);
 }
 
 }  // namespace moe::ep

@@ -14,6 +14,7 @@
 
 #include "ep/communicator.h"
 #include "ep/device_communicator.h"
+#include "ep/device_expert_slots.h"
 #include "ep/dispatch_combine.h"
 #include "ep/placement.h"
 #include "ep/transfer.h"
@@ -28,6 +29,8 @@ struct EpLayer {
   // This rank's exchange in the last forward (device stages: synchronises to read the pairs served).
   std::function<ExchangeStats()> last_stats;
   int64_t chunk_tokens = 0;          // the most tokens of all ranks one forward takes (device workspaces); 0: any
+  // GPU layers: this rank's experts as the layer runs them (shared with it; a migration reads them). CPU: none.
+  DeviceExpertSlots device_slots{};
 };
 
 // Expert parallelism on the CPU over `comm` (MPI, or one rank): the CPU router, the dispatch and combine of
@@ -55,5 +58,11 @@ EpLayer make_ep_layer(Communicator& comm, const MoeConfig& config, MoeWeights we
 // moe::Error for sizes or wires the GPU path lacks (hidden_size a multiple of 64, at most 1023 slots a rank).
 EpLayer make_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
                            Placement placement, EpWires wires, int64_t max_batched_tokens);
+// The same on experts already on this rank's GPU (device_expert_slots.h: a migration's slots, or another
+// layer's device_slots), shared rather than copied: no disk read, no host copy of an expert. weights gives
+// the router and the shared experts only (its experts may be empty). slots: placement.rank_experts[rank]'s
+// experts in that order, of this config's sizes (I padded to 64); throws moe::Error for others.
+EpLayer make_cuda_ep_layer(DeviceCommunicator& comm, const MoeConfig& config, const MoeWeights& weights,
+                           Placement placement, DeviceExpertSlots slots, EpWires wires, int64_t max_batched_tokens);
 
 }  // namespace moe::ep

@@ -31,11 +31,27 @@ std::vector<ExpertMove> plan_moves(const Placement& from, const Placement& to) {
   MOE_CHECK(from.n_experts == to.n_experts && from.n_ranks == to.n_ranks,
             "migration from {} experts on {} ranks to {} on {}: the sizes must agree", from.n_experts,
             from.n_ranks, to.n_experts, to.n_ranks);
+  // NOTE: the ranks' lists are checked here rather than trusted: a placement put together by hand has not
+  // been through finish(), and an expert on no rank would leave its tokens nowhere to go.
+  for (const Placement* p : {&from, &to})
+    MOE_CHECK(static_cast<int>(p->rank_experts.size()) == p->n_ranks,
+              "migration: a placement lists {} ranks, but n_ranks is {}", p->rank_experts.size(), p->n_ranks);
+  for (int32_t e = 0; e < to.n_experts; ++e) {
+    const bool held = std::any_of(to.rank_experts.begin(), to.rank_experts.end(),
+                                  [&](const std::vector<int32_t>& r) { return std::count(r.begin(), r.end(), e) > 0; });
+    MOE_CHECK(held, "migration: the new placement holds expert {} on no rank: refused, nothing moved (give every "
+              "expert a slot)", e);
+    MOE_CHECK(static_cast<int>(from.replica_rank.size()) == from.n_experts && !from.replica_rank[e].empty(),
+              "migration: the current placement holds expert {} on no rank (make it with make_placement)", e);
+  }
   std::vector<ExpertMove> moves;
   for (int r = 0; r < to.n_ranks; ++r) {
     std::vector<int32_t> fresh;
-    for (int32_t e : to.rank_experts[r])
+    for (int32_t e : to.rank_experts[r]) {
+      MOE_CHECK(e >= 0 && e < to.n_experts, "migration: the new placement gives rank {} expert {}, outside [0, {})",
+                r, e, to.n_experts);
       if (!holds(from, r, e)) fresh.push_back(e);
+    }
     std::sort(fresh.begin(), fresh.end());
     for (int32_t e : fresh) {
       const auto& holders = from.replica_rank[e];

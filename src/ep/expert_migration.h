@@ -22,7 +22,8 @@ struct ExpertMove {
   int32_t to_rank = 0;    // a rank that holds the expert in the new placement and not in the old
 };
 
-// Every move from `from` to `to` (same experts and ranks), by destination rank, then expert.
+// Every move from `from` to `to` (same experts and ranks), by destination rank, then expert. Throws
+// moe::Error for placements of other sizes or one that holds an expert on no rank.
 std::vector<ExpertMove> plan_moves(const Placement& from, const Placement& to);
 
 // The shape of every expert's weights (the same for all experts of a layer).
