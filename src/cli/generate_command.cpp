@@ -337,7 +337,7 @@ Run add_generate_command(CLI::App& app) {
                   "one; on GPUs the tokens then equal one GPU's up to fp32 addition order)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   const EplbFlags eplb =
-      add_eplb_flags(*cmd, args->eplb, "--ep: ", "CPU; 0: fixed; --stats then lists the epochs");
+      add_eplb_flags(*cmd, args->eplb, "--ep: ", "0: fixed; --stats then lists the epochs");
   for (CLI::Option* flag : {eplb.window, eplb.redundant, eplb.min_gain}) flag->needs(eplb.interval);
   return [args, temperature, top_p, top_k, seed] {
     args->has_temperature = temperature->count() > 0;

@@ -74,10 +74,9 @@ ExpertParallel::ExpertParallel(model::ModelBackend backend, std::string placemen
       "--eplb-interval-steps {} and --num-redundant-experts {} must be at least 0, --eplb-window-steps {} at "
       "least 1, --eplb-min-gain {} at least 0",
       eplb_.interval_steps, eplb_.redundant_experts, eplb_.window_steps, eplb_.min_gain);
-  MOE_CHECK(!eplb_.elastic() || !gpus,
-            "--eplb-interval-steps (and moe serve --enable-expert-parallel): elastic placement runs on the CPU "
-            "backend only so far; drop it or --backend cuda");
-  MOE_CHECK(!eplb_.elastic() || wires_.dispatch == ep::Transfer::f32,
+  // NOTE: on GPUs the wires are bf16 or fp8 (checked above) and the outputs within their tolerance of one
+  // GPU's; on the CPU elastic placement promises bit-identical outputs, which the f32 wire alone keeps.
+  MOE_CHECK(!eplb_.elastic() || gpus || wires_.dispatch == ep::Transfer::f32,
             "--eplb-interval-steps keeps outputs bit-identical to one rank with the f32 dispatch wire: drop "
             "--ep-transfer");
   host_ = ep::make_mpi_communicator();
@@ -108,11 +107,18 @@ void ExpertParallel::install(model::ModelOptions& options) {
       // switch.
       auto live = std::make_shared<Live>();
       live->config = config;
-      for (int32_t e : placement.rank_experts[rank()]) live->slots.push_back(weights.experts[e]);
+      live->placement = std::move(placement);
+      if (device_) {
+        // The first epoch's layer uploads this rank's experts; its device slots are the ones that migrate.
+        live->layer = std::make_shared<ep::EpLayer>(
+            ep::make_cuda_ep_layer(*device_, config, weights, live->placement, wires_, exchange_tokens_));
+        live->device_slots = live->layer->device_slots;
+      } else {
+        for (int32_t e : live->placement.rank_experts[rank()]) live->slots.push_back(weights.experts[e]);
+      }
       weights.experts.assign(weights.experts.size(), SwigluWeights{});
       live->weights = std::move(weights);
-      live->placement = std::move(placement);
-      live->layer = build_layer(*live);
+      if (!device_) live->layer = build_layer(*live);
       const size_t index = blocks_.size();
       blocks_.push_back({layer, totals, live});
       return model::ModelOptions::MoeBlockFn([this, live, totals, index](const Tensor& x) {
@@ -137,6 +143,9 @@ void ExpertParallel::install(model::ModelOptions& options) {
 }
 
 std::shared_ptr<ep::EpLayer> ExpertParallel::build_layer(const Live& live) {
+  if (device_)
+    return std::make_shared<ep::EpLayer>(ep::make_cuda_ep_layer(*device_, live.config, live.weights, live.placement,
+                                                                live.device_slots, wires_, exchange_tokens_));
   MoeWeights weights = live.weights;
   for (size_t s = 0; s < live.slots.size(); ++s)
     weights.experts[live.placement.rank_experts[rank()][s]] = live.slots[s];
@@ -261,16 +270,26 @@ bool ExpertParallel::advance_migration() {
     // One layer's copies into staging slots; the layer that serves keeps its own weights until the switch.
     const auto& [i, to] = p.moves[p.next++];
     const Live& live = *blocks_[i].live;
-    const ep::ExpertShape shape{.hidden = live.config.hidden_size,
-                                .intermediate = live.config.expert_intermediate_size,
-                                .dtype = live.slots.empty() ? DType::F32 : live.slots[0].gate.dtype()};
-    ep::Migration m = ep::migrate_experts(*host_, live.placement, to, live.slots, shape);
-    int64_t bytes[1] = {m.bytes_sent};
-    host_->allreduce_sum(bytes);
-    p.record.bytes_moved += bytes[0];
     Live next = live;
     next.placement = to;
-    next.slots = std::move(m.slots);
+    int64_t bytes[1] = {0};
+    if (device_) {
+      // Device to device into fresh slot buffers, on the legacy stream (after any forward enqueued there).
+      const ep::DeviceExpertSlots& current = live.device_slots;
+      ep::DeviceMigration m = ep::migrate_device_experts(*device_, live.placement, to, current,
+                                                         current.w13.size(2), current.w2.size(2), nullptr);
+      bytes[0] = m.bytes_sent;
+      next.device_slots = std::move(m.slots);
+    } else {
+      const ep::ExpertShape shape{.hidden = live.config.hidden_size,
+                                  .intermediate = live.config.expert_intermediate_size,
+                                  .dtype = live.slots.empty() ? DType::F32 : live.slots[0].gate.dtype()};
+      ep::Migration m = ep::migrate_experts(*host_, live.placement, to, live.slots, shape);
+      bytes[0] = m.bytes_sent;
+      next.slots = std::move(m.slots);
+    }
+    host_->allreduce_sum(bytes);
+    p.record.bytes_moved += bytes[0];
     p.staged.emplace_back(i, std::move(next));
     if (p.next < p.moves.size()) return false;
   }

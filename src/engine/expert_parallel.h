@@ -6,12 +6,19 @@
 // Each block runs through ep::forward_replicated: every rank its slice of the tokens, the slices' outputs
 // gathered on every rank, so that a block's output is the same bytes on every rank and the ranks pick the
 // same tokens.
-// With EplbOptions::interval_steps > 0 (CPU backend) the placement is elastic: every MoE block records its
-// routing into a load window (ep/load_window.h); every interval_steps model steps the ranks sum the window,
-// rebalance each layer (ep/rebalance.h), copy the expert weights they newly hold from the ranks holding
-// them (ep/expert_migration.h) while the old blocks stay intact, agree to switch, and switch at that step:
-// a new epoch. The combine then sends each pair's row back, so the output stays bit-identical to one rank's
-// whichever replica serves a pair.
+// With EplbOptions::interval_steps > 0 the placement is elastic: every MoE block records its routing into a
+// load window (ep/load_window.h); every interval_steps model steps the ranks sum the window, rebalance each
+// layer (ep/rebalance.h), copy the expert weights they newly hold from the ranks holding them while the old
+// blocks stay intact, agree to switch, and switch at that step: a new epoch.
+//   cpu   the slots are host tensors moved over MPI (ep/expert_migration.h); the combine sends each pair's
+//         row back, so the output stays bit-identical to one rank's whichever replica serves a pair
+//   cuda  the slots stay on each rank's GPU in the grouped GEMMs' layout and move GPU to GPU over NCCL into
+//         fresh device buffers (ep/device_expert_slots.h); the new epoch's layer is built on them without a
+//         disk read or a host copy, and the old buffers go with the old layer. The wires are bf16 (or fp8),
+//         so the output equals one GPU's within the GPU layer's tolerance, not bit for bit: with a bf16
+//         combine max |a - b| / max |b| <= 1e-2 over tokens whose expert choices agree (one rounding of the
+//         partial sums to bf16 more than one GPU), fp8 dispatch normwise <= 0.125; an epoch changes which
+//         ranks add a token's partial sums, so outputs may move by that much across a switch
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +30,7 @@
 
 #include "ep/communicator.h"
 #include "ep/device_communicator.h"
+#include "ep/device_expert_slots.h"
 #include "ep/dispatch_combine.h"
 #include "ep/ep_layer.h"
 #include "ep/load_window.h"
@@ -80,7 +88,8 @@ class ExpertParallel {
   // a build without MPI, CUDA or NCCL, a rank without a GPU of its own, an f32 dispatch wire on GPUs.
   // placement_file: a placement JSON, or empty for contiguous. exchange_tokens: the most tokens one rank
   // sends through a GPU block's exchange at once (EngineOptions: ep_exchange_tokens).
-  // eplb: elastic placement (CPU backend only; throws moe::Error naming the option otherwise).
+  // eplb: elastic placement (on the CPU it needs the f32 dispatch wire; throws moe::Error naming the option
+  // otherwise).
   ExpertParallel(model::ModelBackend backend, std::string placement_file, ep::EpWires wires,
                  int64_t exchange_tokens, EplbOptions eplb = {});
   ~ExpertParallel();
@@ -136,7 +145,8 @@ class ExpertParallel {
     MoeConfig config;
     MoeWeights weights;  // router and shared experts (views); experts: empty
     ep::Placement placement;
-    std::vector<SwigluWeights> slots;  // this rank's, placement.rank_experts[rank] order
+    std::vector<SwigluWeights> slots;   // cpu: this rank's, placement.rank_experts[rank] order
+    ep::DeviceExpertSlots device_slots;  // cuda: the same on this rank's GPU (the layer's own, shared)
     std::shared_ptr<ep::EpLayer> layer;
   };
   struct Block {
