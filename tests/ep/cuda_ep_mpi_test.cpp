@@ -1,109 +1,24 @@
 // Expert parallelism on GPUs (NCCL data path, MPI bootstrap) against the single-GPU layer, run under
 // `mpirun -np R` with one process per GPU: every rank runs every test; rank 0 computes the single-GPU
 // layer on its GPU and compares it with the gathered output. Skips (every rank alike) without NCCL in the
-// build or without a GPU per rank.
+// build or without a GPU per rank (cuda_ep_main.cpp).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <string>
 #include <utility>
 #include <numeric>
 
-#include "cuda_test_util.h"
-#include "device_layer.h"
-#include "cuda/device_buffer.h"
+#include "cuda_ep_case.h"
 #include "ep/data_parallel.h"
 #include "ep/ep_layer.h"
-#include "moe/layer/random_weights.h"
 #include "test_random.h"
 
 namespace moe::ep {
 namespace {
 
-Communicator* g_host = nullptr;
-DeviceCommunicator* g_comm = nullptr;
-std::string g_skip;  // why the tests skip, empty when they run
-
-#define MOE_SKIP_WITHOUT_GPU_RANKS()            \
-  do {                                          \
-    if (!g_skip.empty()) GTEST_SKIP() << g_skip; \
-  } while (0)
-
-// A seed every rank agrees on (rank 0's fresh one, or MOE_TEST_SEED).
-uint64_t shared_seed() {
-  int64_t seed[1] = {g_host->rank() == 0 ? static_cast<int64_t>(test::fresh_seed() >> 1) : 0};
-  g_host->allreduce_sum(seed);
-  return static_cast<uint64_t>(seed[0]);
-}
-
-struct Block {
-  MoeConfig config;
-  MoeWeights weights;
-  Tensor x;  // [T, H] F32, values exactly bf16
-};
-
-Block make_block(const std::string& type, int64_t T, test::TestRng& rng, int E = 64, int k = 6) {
-  Block b;
-  b.config = parse_moe_config(test::cuda_case_config(type, 256, 128, E, k));
-  b.weights = random_moe_weights(b.config, rng.engine()(), DType::BF16, 4.0f);
-  b.x = rng.normal_tensor({T, 256}).to(DType::BF16).to_f32();
-  return b;
-}
-
-// The single-GPU layer on all T tokens (rank 0's GPU).
-LayerOutput single_gpu(const Block& b) {
-  const int64_t T = b.x.size(0), H = b.config.hidden_size, k = b.config.router.top_k;
-  MoeLayer layer = test::cuda_layer(b.config, b.weights, {.max_tokens = T});
-  const Tensor xb = b.x.to(DType::BF16);
-  cuda::DeviceBuffer<uint16_t> d_x(T * H);
-  d_x.upload(xb.data_as<uint16_t>(), T * H);
-  cuda::DeviceBuffer<float> d_out(T * H), d_weights(T * k);
-  cuda::DeviceBuffer<int32_t> d_ids(T * k);
-  test::forward_on_device(layer, d_x.get(), T, d_out.get(), d_ids.get(), d_weights.get(), nullptr);
-  LayerOutput out;
-  out.hidden_states = Tensor::empty(DType::F32, {T, H});
-  out.topk.ids = Tensor::empty(DType::I32, {T, k});
-  MOE_CUDA_CHECK(cudaMemcpy(out.hidden_states.data(), d_out.get(), out.hidden_states.nbytes(), cudaMemcpyDeviceToHost));
-  MOE_CUDA_CHECK(cudaMemcpy(out.topk.ids.data(), d_ids.get(), out.topk.ids.nbytes(), cudaMemcpyDeviceToHost));
-  return out;
-}
-
-struct Compared {
-  double max_rel = 0, normwise = 0;
-  int64_t same_choices = 0;
-};
-
-// Over the tokens whose expert choices agree (an fp32 router over a different batch may split a near tie
-// differently): max |a - b| / max |b|, and ||a - b|| / ||b||.
-Compared compare(const LayerOutput& ep, const LayerOutput& ref) {
-  const int64_t T = ref.hidden_states.size(0), H = ref.hidden_states.size(1), k = ref.topk.ids.size(1);
-  Compared c;
-  double worst = 0, scale = 1e-30, diff2 = 0, ref2 = 1e-30;
-  const float* a = ep.hidden_states.data_as<float>();
-  const float* b = ref.hidden_states.data_as<float>();
-  for (int64_t t = 0; t < T; ++t) {
-    bool same = true;
-    for (int64_t j = 0; j < k; ++j)
-      same &= ep.topk.ids.data_as<int32_t>()[t * k + j] == ref.topk.ids.data_as<int32_t>()[t * k + j];
-    c.same_choices += same;
-    for (int64_t h = 0; h < H; ++h) {
-      EXPECT_FALSE(std::isnan(a[t * H + h])) << "token " << t;
-      scale = std::max(scale, std::fabs(double(b[t * H + h])));
-      if (!same) continue;
-      const double d = double(a[t * H + h]) - b[t * H + h];
-      worst = std::max(worst, std::fabs(d));
-      diff2 += d * d;
-      ref2 += double(b[t * H + h]) * b[t * H + h];
-    }
-  }
-  c.max_rel = worst / scale;
-  c.normwise = std::sqrt(diff2 / ref2);
-  return c;
-}
-
 // Runs the EP layer (collective) and, on rank 0, compares with the single-GPU layer (the comparison; zero
 // on the other ranks).
-Compared expect_matches_single_gpu(const Block& b, const Placement& placement, Transfer transfer,
+Compared expect_matches_single_gpu(const GpuBlock& b, const Placement& placement, Transfer transfer,
                                    const std::string& what, Transfer combine = Transfer::bf16) {
   const int64_t T = b.x.size(0), k = b.config.router.top_k;
   EpLayer layer = make_cuda_ep_layer(*g_comm, b.config, b.weights, placement,
@@ -141,7 +56,7 @@ TEST_P(CudaEpAllFamilies, EqualsSingleGpu) {
   test::TestRng rng(shared_seed());
   const int R = g_comm->size();
   for (int64_t T : {1, 97, 700}) {
-    const Block b = make_block(GetParam(), T, rng);
+    const GpuBlock b = make_gpu_block(GetParam(), T, rng);
     const std::string what = GetParam() + " T " + std::to_string(T);
     expect_matches_single_gpu(b, contiguous_placement(64, R), Transfer::bf16, what + " contiguous");
     expect_matches_single_gpu(b, round_robin_placement(64, R), Transfer::bf16, what + " round-robin");
@@ -157,7 +72,7 @@ TEST(CudaEp, ReplicasAndUnevenPlacement) {
   MOE_SKIP_WITHOUT_GPU_RANKS();
   test::TestRng rng(shared_seed());
   const int R = g_comm->size();
-  const Block b = make_block("qwen3_moe", 300, rng, 8, 3);
+  const GpuBlock b = make_gpu_block("qwen3_moe", 300, rng, 8, 3);
   // Rank 0 holds every expert; the others each a replica of expert r-1 and of expert 7.
   std::vector<std::vector<int32_t>> ranks = {{0, 1, 2, 3, 4, 5, 6, 7}};
   for (int r = 1; r < R; ++r) ranks.push_back({r - 1, 7});
@@ -169,7 +84,7 @@ TEST(CudaEp, AllPairsToOneRankAndRanksWithoutExperts) {
   MOE_SKIP_WITHOUT_GPU_RANKS();
   test::TestRng rng(shared_seed());
   const int R = g_comm->size();
-  const Block b = make_block("deepseek_v3", 130, rng);
+  const GpuBlock b = make_gpu_block("deepseek_v3", 130, rng);
   std::vector<std::vector<int32_t>> ranks(R);
   ranks[R - 1].resize(64);
   std::iota(ranks[R - 1].begin(), ranks[R - 1].end(), 0);
@@ -179,7 +94,7 @@ TEST(CudaEp, AllPairsToOneRankAndRanksWithoutExperts) {
 TEST(CudaEp, RanksWithNoTokens) {
   MOE_SKIP_WITHOUT_GPU_RANKS();
   test::TestRng rng(shared_seed());
-  const Block b = make_block("mixtral", 1, rng, 8, 2);
+  const GpuBlock b = make_gpu_block("mixtral", 1, rng, 8, 2);
   expect_matches_single_gpu(b, contiguous_placement(8, g_comm->size()), Transfer::bf16, "one token");
 }
 
@@ -190,7 +105,7 @@ TEST_P(CudaEpAllFamilies, F32CombineCloserThanBf16) {
   MOE_SKIP_WITHOUT_GPU_RANKS();
   test::TestRng rng(shared_seed());
   const int R = g_comm->size();
-  const Block b = make_block(GetParam(), 97, rng);
+  const GpuBlock b = make_gpu_block(GetParam(), 97, rng);
   const Placement placement = round_robin_placement(64, R);
   const Compared bf16_wire = expect_matches_single_gpu(b, placement, Transfer::bf16, GetParam() + " bf16 combine");
   const Compared f32_wire =
@@ -207,7 +122,7 @@ TEST_P(CudaEpAllFamilies, F32CombineCloserThanBf16) {
 TEST(CudaEp, UnsupportedWiresRefused) {
   MOE_SKIP_WITHOUT_GPU_RANKS();
   test::TestRng rng(shared_seed());
-  const Block b = make_block("mixtral", 4, rng, 8, 2);
+  const GpuBlock b = make_gpu_block("mixtral", 4, rng, 8, 2);
   const std::pair<EpWires, std::string> cases[] = {
       {{.dispatch = Transfer::f32}, "bf16 or fp8 dispatch wire"},
       {{.dispatch = Transfer::bf16, .combine = Transfer::fp8}, "bf16 or f32 combine wire"}};
@@ -223,28 +138,3 @@ TEST(CudaEp, UnsupportedWiresRefused) {
 
 }  // namespace
 }  // namespace moe::ep
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  std::unique_ptr<moe::ep::Communicator> host = moe::ep::make_mpi_communicator();
-  moe::ep::g_host = host.get();
-  // Every rank agrees on skipping: the ranks that lack a GPU count, and the sum decides.
-  int n_gpus = 0;
-  if (cudaGetDeviceCount(&n_gpus) != cudaSuccess) n_gpus = 0;
-  int64_t short_of_gpu[1] = {n_gpus < host->size() ? 1 : 0};
-  host->allreduce_sum(short_of_gpu);
-  std::unique_ptr<moe::ep::DeviceCommunicator> comm;
-  if (!moe::ep::nccl_available())
-    moe::ep::g_skip = "this build has no NCCL";
-  else if (short_of_gpu[0] > 0)
-    moe::ep::g_skip = "needs one GPU per rank (" + std::to_string(host->size()) + " ranks, " +
-                        std::to_string(n_gpus) + " GPUs)";
-  else
-    comm = moe::ep::make_nccl_communicator(*host);
-  moe::ep::g_comm = comm.get();
-  if (host->rank() != 0) delete ::testing::UnitTest::GetInstance()->listeners().Release(
-      ::testing::UnitTest::GetInstance()->listeners().default_result_printer());
-  const int status = RUN_ALL_TESTS();
-  comm.reset();  // NCCL before MPI
-  return status;
-}
