@@ -1,6 +1,7 @@
-# Sourced by the multi-GPU device recipes: the carried OpenMPI (`run.sh prepare_nccl`) relocated under
-# .device-carry-nccl/mpi, its libraries linked in only where the image lacks them, set up for one host as
-# root, with NVLink multicast kept off. Sets MPIRUN. NCCL_CARRY overrides the carry folder.
+# Sourced by the device recipes that run mpirun: the carried OpenMPI (lib/gather_mpi.sh, from `run.sh
+# prepare_nccl` or `run.sh prepare`) relocated under .device-carry-nccl/mpi, its libraries linked in only
+# where the image lacks them, set up for one host as root, with NVLink multicast kept off. Sets MPIRUN.
+# NCCL_CARRY overrides the carry folder (.device-carry for prepare's, sourced after lib/common.sh unpacked it).
 C="$PWD/${NCCL_CARRY:-.device-carry-nccl}"
 M="$C/mpi"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
