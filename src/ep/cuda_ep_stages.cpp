@@ -1,8 +1,9 @@
 // The stages of expert parallelism on GPUs (make_cuda_ep_layer): the router and the shared experts on this
 // rank's tokens, the exchange (cuda_ep_exchange.cpp) around this rank's experts, which run on the received
 // copies with the single-GPU layer's kernels (permute, grouped GEMMs, unpermute). One state per rank holds
-// the weights and every workspace (sized once, for the largest slice); each stage runs its part of the
-// forward on it, in the order MoeLayer calls them:
+// the weights (its expert slots uploaded, or shared with the layer of another epoch) and every workspace
+// (sized once, for the largest slice); each stage runs its part of the forward on it, in the order MoeLayer
+// calls them:
 //   router    router_fused (T <= kFusedRouterMaxTokens) or RouterGemm + router_topk   -> topk, logits
 //   prepare   dispatch; permute of the received pairs over slots + 1 segments, tile map, unused masked
 //   experts   gate+up with SwiGLU (rows gathered in the loads), then down                -> [pairs, H] bf16

@@ -108,7 +108,8 @@ TEST_P(CudaMigration, MovesEveryExpertBitForBit) {
 
   const DeviceMigration m = migrate(old_layer, from, to);
   const EpLayer uploaded = make_cuda_ep_layer(*g_comm, b.config, b.weights, to, kBf16Wires, 4);
-  ASSERT_EQ(m.slots.count(), static_cast<int64_t>(to.rank_experts[me].size()));
+  // NOTE: EXPECT, not ASSERT, wherever a rank could leave alone: the others would wait for it in a collective.
+  EXPECT_EQ(m.slots.count(), static_cast<int64_t>(to.rank_experts[me].size()));
   EXPECT_TRUE(same_slots(m.slots, uploaded.device_slots)) << "rank " << me;
   EXPECT_EQ(device_bytes(old_layer.device_slots.w13), old_w13) << "the old slots were written";
   EXPECT_NE(m.slots.w13.data(), old_layer.device_slots.w13.data()) << "the new slots must be fresh buffers";
@@ -157,8 +158,8 @@ TEST_P(CudaElasticLayer, RebuiltOnMigratedSlotsEqualsSingleGpu) {
     EXPECT_EQ(pairs, 97 * 4) << what;
     if (g_host->rank() != 0) continue;
     const Tensor& out = ep.layer.hidden_states;
-    ASSERT_EQ(out.shape(), ep_uploaded.layer.hidden_states.shape());
-    EXPECT_EQ(std::memcmp(out.data(), ep_uploaded.layer.hidden_states.data(), out.nbytes()), 0)
+    EXPECT_TRUE(out.shape() == ep_uploaded.layer.hidden_states.shape() &&
+                std::memcmp(out.data(), ep_uploaded.layer.hidden_states.data(), out.nbytes()) == 0)
         << what << ": the rebuilt layer differs from the uploaded one";
     const LayerOutput ref = single_gpu(b);
     const Compared c = compare(ep.layer, ref), c_old = compare(ep_old.layer, ref);
@@ -201,6 +202,7 @@ TEST(CudaElastic, RebalanceUnderSkewLowersRankMaxOverMean) {
   EXPECT_EQ(std::accumulate(load.begin(), load.end(), int64_t{0}), 256 * k);
   const RebalanceDecision d =
       rebalance_layer(load, from, {.n_ranks = R, .redundant_slots = 2 * (R - 1), .min_gain = 0});
+  // Every rank decides the same from the same load, so an ASSERT leaves on all of them alike.
   ASSERT_TRUE(d.move) << "predicted max/mean " << d.max_over_mean_before << " -> " << d.max_over_mean_after;
   check_active_coverage(d.placement, R);
 
