@@ -31,8 +31,8 @@ struct DeviceMigration {
 // padded intermediate I): an expert it keeps is copied on its GPU, one it newly holds comes from the rank
 // that plan_moves names (NCCL send/recv between the GPUs; nothing passes through the host). `current` is
 // only read, so the layer on it keeps serving until the caller switches; the copies are complete when this
-// returns (it synchronises `stream`). Throws moe::Error, on every rank alike and before any copy, for
-// placements of other sizes, a `to` that leaves an expert on no rank, or slots of another shape or count.
+// returns (it synchronises `stream`). Throws moe::Error before any copy: for placements of other sizes or a
+// `to` that leaves an expert on no rank (on every rank alike), or for slots of another shape or count.
 DeviceMigration migrate_device_experts(DeviceCommunicator& comm, const Placement& from, const Placement& to,
                                        const DeviceExpertSlots& current, int64_t H, int64_t I,
                                        DeviceStream stream);
