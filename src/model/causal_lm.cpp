@@ -53,7 +53,9 @@ class Model final : public CausalLM {
         rope_(config_.rope),
         ops_(std::move(ops)),
         times_(options.times),
-        record_decode_(options.backend == ModelBackend::cuda && !options.enforce_eager) {
+        // NOTE: a caller's MoE blocks (expert parallelism) exchange over the host between ranks, which a
+        // recording cannot hold: their decode steps run eagerly.
+        record_decode_(options.backend == ModelBackend::cuda && !options.enforce_eager && !options.moe_block) {
     const ModelConfig& c = config_;
     const int64_t H = c.hidden_size, V = c.vocab_size;
     const std::string vocab_why = fmt::format("vocab_size {}, hidden_size {}", V, H);
