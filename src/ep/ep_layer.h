@@ -50,8 +50,8 @@ EpLayer make_ep_layer(Communicator& comm, const MoeConfig& config, MoeWeights we
 // experts (uploaded as bf16, in slot order) on the CUDA permute and mma.sync grouped GEMMs over the
 // received copies, the shared experts on the same kernels, added in the combine. The output equals the
 // single-GPU layer within bf16 rounding (the partial sums are rounded to bf16 once on the way back); with an
-// f32 combine wire only the order of fp32 additions differs (on one rank none); fp8 within the host path's
-// documented tolerance. max_batched_tokens: the most tokens of all ranks one forward takes (chunk_tokens);
+// f32 combine wire only the order of fp32 additions differs (on one rank too: 1e-7 to 8e-7 relative); fp8
+// within the host path's documented tolerance. max_batched_tokens: the most tokens of all ranks one forward takes (chunk_tokens);
 // every workspace is sized for the largest slice of it (rank 0's), so every rank must pass the same value.
 // The layer's forward takes host tensors (x [T_r, H] F32, rounded to bf16, through staging buffers of its
 // own; synchronises) or device ones (x [T_r, H] BF16, topk and out on the device, T_r >= 1). Throws

@@ -8,7 +8,7 @@
 // Tolerance of the rebuilt layer against the single-GPU layer, over tokens whose expert choices agree:
 // with the bf16 combine wire max |a - b| / max |b| <= 1e-2 (each copy's partial sum is rounded to bf16 once
 // on its way back, one rounding more than one GPU); with the f32 combine wire only the order of fp32
-// additions differs, so at R = 1 the output is the single-GPU layer's bit for bit. Against a layer uploaded
+// additions differs, so at R = 1 within 1e-6 (measured 1.0e-7 to 8.1e-7). Against a layer uploaded
 // from the host at the same placement the rebuilt one is bit-identical at any R (same weights, same kernels).
 #include <gtest/gtest.h>
 
@@ -167,7 +167,9 @@ TEST_P(CudaElasticLayer, RebuiltOnMigratedSlotsEqualsSingleGpu) {
     EXPECT_LE(c.max_rel, 1e-2) << what;
     EXPECT_LE(c_old.max_rel, 1e-2) << what << " (the old layer)";
     if (R == 1 && wires.combine == Transfer::f32) {
-      EXPECT_EQ(c.max_rel, 0.0) << what << ": one rank, fp32 partials: the single-GPU layer's sums";
+      // NOTE: not bitwise: the combine adds a token's fp32 partials in another order than the single-GPU
+      // layer's unpermute (1.0e-7 to 8.1e-7 relative on the H200, 2026-12-03).
+      EXPECT_LE(c.max_rel, 1e-6) << what << ": one rank, fp32 partials: the single-GPU layer's sums but for order";
     }
     std::printf("  %-28s R %d: max rel %.2e, normwise %.2e, same choices %lld/97\n", what.c_str(), R, c.max_rel,
                 c.normwise, static_cast<long long>(c.same_choices));
