@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "engine/ep_serving.h"
 #include "engine/expert_parallel.h"
+#include "ep_wires.h"
 #include "eplb_flags.h"
 #include "generate_report.h"
 #include "progress_line.h"
@@ -41,7 +42,7 @@ struct ServeArgs {
   std::string chat_template, trace_routing;
   bool expert_parallel = false;  // --enable-expert-parallel, under mpirun
   bool enforce_eager = false;    // --backend cuda: no CUDA graphs
-  std::string placement;
+  std::string placement, ep_transfer, ep_combine;
   engine::EplbOptions eplb;
 };
 
@@ -113,36 +114,37 @@ void run_serve(const ServeArgs& a) {
   // Expert parallelism: every rank loads the model and runs every step on its own engine replica (attention
   // replicated, the MoE blocks over the EP layer, engine/expert_parallel.h); rank 0 serves HTTP and shares
   // each step's plan with the others (engine/ep_serving.h), which follow it until rank 0 stops.
-  MOE_CHECK(a.expert_parallel || (a.placement.empty() && a.eplb.interval_steps == 0),
-            "--placement and --eplb-interval-steps need --enable-expert-parallel");
-  MOE_CHECK(!a.expert_parallel || (a.backend == "cpu" && !random_config),
-            "--enable-expert-parallel serves on the CPU backend with a model directory so far: drop --backend "
-            "cuda and --random-model");
-  std::unique_ptr<engine::ExpertParallel> ep;  // outlives the engine, whose MoE blocks hold its communicator
-  if (a.expert_parallel) {
-    engine::EplbOptions eplb = a.eplb;
-    eplb.between_steps = true;
-    ep = std::make_unique<engine::ExpertParallel>(model::ModelBackend::cpu, a.placement,
-                                                  ep::EpWires{.dispatch = ep::Transfer::f32,
-                                                              .combine = ep::Transfer::f32},
-                                                  0, eplb);
-  }
+  MOE_CHECK(a.expert_parallel || (a.placement.empty() && a.ep_transfer.empty() && a.ep_combine.empty() &&
+                                   a.eplb.interval_steps == 0),
+            "--placement, --ep-transfer, --ep-combine and --eplb-interval-steps need --enable-expert-parallel");
+  MOE_CHECK(!a.expert_parallel || !random_config,
+            "--enable-expert-parallel runs the decoder on the host (the MoE blocks on the GPUs with --backend "
+            "cuda), and --random-model makes its weights for the GPU decoder: give --model DIR");
+  const ep::EpWires wires = resolve_ep_wires(a.backend, a.ep_transfer, a.ep_combine);
 
   engine::EngineOptions options;
   options.max_num_seqs = a.max_num_seqs;
   // vLLM's defaults for its server: 8192 on a large GPU, 2048 otherwise. On the H200 the 48-layer
   // Qwen3-30B-A3B shape served 1,974 -> 2,271 tok/s at concurrency 64 with 8192 (2026-12-02): a wave of new
   // 128-token prompts joins in one step instead of four.
+  // Under expert parallelism the decoder runs on the host, whatever the backend: the CPU's default.
+  const bool gpu_decoder = a.backend == "cuda" && !a.expert_parallel;
   options.max_num_batched_tokens =
-      a.max_num_batched_tokens_given ? a.max_num_batched_tokens : (a.backend == "cuda" ? 8192 : 2048);
+      a.max_num_batched_tokens_given ? a.max_num_batched_tokens : (gpu_decoder ? 8192 : 2048);
   options.max_model_len = a.max_model_len;
   // The fraction is of the free memory where the KV pool lives: the GPU's with the cuda backend.
   options.kv_cache_memory_fraction = a.gpu_memory_utilization;
   options.model.backend = a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu;
   options.model.enforce_eager = a.enforce_eager;
   if (!random_config) options.model.cpu_experts = engine::default_cpu_experts(dir);
-  if (ep) {
-    options.model.cpu_experts = CpuExperts::reference;  // the EP layer's experts
+  std::unique_ptr<engine::ExpertParallel> ep;  // outlives the engine, whose MoE blocks hold its communicator
+  if (a.expert_parallel) {
+    engine::EplbOptions eplb = a.eplb;
+    eplb.between_steps = true;
+    ep = std::make_unique<engine::ExpertParallel>(
+        a.backend == "cuda" ? model::ModelBackend::cuda : model::ModelBackend::cpu, a.placement, wires,
+        engine::ep_exchange_tokens(options), eplb);
+    options.model.cpu_experts = CpuExperts::reference;  // the EP layer's experts on the CPU
     options.kv_memory_bytes = engine::agreed_kv_memory(*ep);
     ep->install(options.model);
   }
@@ -251,11 +253,20 @@ Run add_serve_command(CLI::App& app) {
       "a Jinja chat template file for /v1/chat/completions (default: the model's tokenizer_config.json)");
   cmd->add_flag("--enforce-eager", args->enforce_eager, "run every decode step op by op instead of replaying its CUDA graph (--backend cuda; for debugging and profiling)");
   auto* ep = cmd->add_flag("--enable-expert-parallel", args->expert_parallel,
-                           "under mpirun -np R: the experts spread over the ranks (CPU reference experts, rows "
-                           "over MPI), rank 0 serves HTTP; adds /admin/rebalance, /admin/placement, "
+                           "under mpirun -np R: the experts spread over the ranks (CPU reference experts and rows "
+                           "over MPI; with --backend cuda one GPU per rank and rows over NCCL, the decoder on the "
+                           "host), rank 0 serves HTTP; adds /admin/rebalance, /admin/placement, "
                            "/scale_elastic_ep");
   cmd->add_option("--placement", args->placement,
                   "--enable-expert-parallel: placement JSON (which experts each rank holds); default contiguous");
+  cmd->add_option("--ep-transfer", args->ep_transfer,
+                  "--enable-expert-parallel: dispatch wire format f32 (exact; the CPU's only one), bf16 (the GPU "
+                  "default) or fp8")
+      ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
+  cmd->add_option("--ep-combine", args->ep_combine,
+                  "--enable-expert-parallel: wire format of the partial sums sent back, bf16 (the GPU default) or "
+                  "f32 (the CPU's only one)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   const EplbFlags eplb = add_eplb_flags(*cmd, args->eplb, "--enable-expert-parallel: ",
                                         "0: only on POST /admin/rebalance");
   for (CLI::Option* flag : {eplb.interval, eplb.window, eplb.redundant, eplb.min_gain}) flag->needs(ep);

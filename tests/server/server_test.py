@@ -429,6 +429,8 @@ def test_bad_command_lines(s):
                           (["--model", MODEL, "--max-num-batched-tokens", "0"], "--max-num-batched-tokens"),
                           (["--model", MODEL, "--chat-template", "/nonexistent.jinja"], "--chat-template"),
                           (["--model", MODEL, "--max-model-len", "100000"], "max_model_len"),
+                          (["--model", MODEL, "--ep-transfer", "bf16"], "need --enable-expert-parallel"),
+                          (["--model", MODEL, "--enable-expert-parallel", "--ep-combine", "bf16"], "--ep-combine"),
                           (["--model", MODEL, "--port", str(s.port)], f"127.0.0.1:{s.port}")):
         r = subprocess.run([MOE, "serve", *flags], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and r.stderr.startswith("error: ") and phrase in r.stderr, (flags, r)

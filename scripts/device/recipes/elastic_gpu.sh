@@ -5,7 +5,9 @@
 # lowering the served rank max/mean (2+ GPUs), a placement leaving an expert unheld refused. Then
 # `moe generate --ep --backend cuda --eplb-interval-steps 2` on the qwen3_moe fixture at each rank count, against
 # the same run with a fixed placement: epochs, bytes moved, the predicted max/mean before and after, whether
-# the tokens agree (they may not: an epoch changes which GPU adds a token's bf16 partial sums).
+# the tokens agree (they may not: an epoch changes which GPU adds a token's bf16 partial sums). Last,
+# tests/server/ep_server_test.py with --backend cuda at each rank count: 16 streaming clients while the
+# placement rebalances, the admin endpoints, scaling at 4, refusals, outputs against one rank.
 # NPS overrides the rank counts (default "1", plus 2 and 4 when nvidia-smi -L lists that many GPUs).
 # Logs in $OUT; exit 1 if a test failed, a run failed, or a run on 2+ GPUs switched no epoch.
 set -uo pipefail
@@ -74,6 +76,17 @@ PY
   case "$verdict" in *FAIL) status=1 ;; esac
   echo "-np $np: exit $rc: $verdict"
   row "generate -np $np" "exit $rc" "$verdict"
+done
+note "== mpirun -np N moe serve --enable-expert-parallel --backend cuda (tests/server/ep_server_test.py, qwen3_moe fixture)"
+for np in $NPS; do
+  log="$out/ep_server_cuda_np$np.log"
+  python3 tests/server/ep_server_test.py "$bin/moe" "$M/usr/bin/mpirun" tests/data/models/qwen3_moe "$np" cuda \
+    > "$log" 2>&1
+  rc=$?
+  [ $rc = 0 ] || { status=1; grep -m8 -E 'FAIL|Error|error' "$log"; }
+  result=$(grep -oE 'ep server tests .*' "$log" | tail -1)
+  echo "-np $np: exit $rc: ${result:-no result}"
+  row "serve -np $np" "exit $rc" "${result:-no result}"
 done
 tar czf "$out/elastic_gpu.tgz" -C $work .
 exit $status
