@@ -1,9 +1,11 @@
-// FP8 e4m3 block-scaled weights on the device (quant/fp8_block.h's format and rounding): one block of
-// 256 threads per 128x128 weight block finds the block's amax, then writes its scale and its e4m3 values.
+// FP8 e4m3 on the device (quant/fp8_block.h's format and rounding): block-scaled weights, one block of 256
+// threads per 128x128 weight block, which finds the block's amax, then writes its scale and its e4m3
+// values; and the W8A8 activations, one warp per row and 128-value group.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include "cuda/check.h"
+#include "cuda/launch.h"
 #include "cuda/ops.h"
 
 namespace moe::cuda {
@@ -59,7 +61,40 @@ static __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Each lane holds 4 of its group's 128 values (one 8-byte load, one 4-byte store).
+static __global__ void __launch_bounds__(kThreads)
+    quantize_rows_fp8_kernel(const bf16* __restrict__ x, int64_t groups, uint8_t* __restrict__ values,
+                             float* __restrict__ scales) {
+  wait_for_prior_grids();
+  allow_dependent_launch();  // every block is resident by then: the next kernel cannot take its slots
+  const int64_t group = (int64_t{blockIdx.x} * kThreads + threadIdx.x) / 32;
+  if (group >= groups) return;  // whole warps: groups are warp-aligned
+  const int lane = threadIdx.x % 32;
+  const uint2 raw = *reinterpret_cast<const uint2*>(x + group * kBlock + lane * 4);
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x),
+                       hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+  const float v[4] = {__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi)};
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+  if (lane == 0) scales[group] = scale;
+  uint32_t packed = 0;
+  for (int i = 0; i < 4; ++i)
+    packed |= uint32_t{__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3)} << (8 * i);
+  *reinterpret_cast<uint32_t*>(values + group * kBlock + lane * 4) = packed;
+}
+
 }  // namespace
+
+void quantize_rows_fp8(const bf16* x, int64_t rows, int64_t cols, uint8_t* values, float* scales,
+                       cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(rows >= 0 && cols % kBlock == 0,
+                   "quantize_rows_fp8: columns " + std::to_string(cols) + " must be a multiple of 128");
+  const int64_t groups = rows * cols / kBlock;
+  if (groups == 0) return;
+  const dim3 grid(static_cast<unsigned>((groups * 32 + kThreads - 1) / kThreads));
+  launch_dependent(quantize_rows_fp8_kernel, grid, dim3(kThreads), 0, stream, x, groups, values, scales);
+}
 
 void quantize_fp8_block(const bf16* w, int64_t mats, int64_t rows, int64_t cols, uint8_t* values,
                         float* scales, int* non_finite, cudaStream_t stream) {

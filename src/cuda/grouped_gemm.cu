@@ -4,6 +4,9 @@
 // weight rows. Rows of A may be gathered through a row map (the permute's row_token), so the gather of
 // the tokens happens in the GEMM's loads. The SwiGLU variant loads gate and up weight rows side by side
 // for every warp, so silu(gate) * up is formed in registers in the epilogue.
+// The FP8 variant (W8A8, DeepSeek-V3's block scaling) runs the same tiles on e4m3 bytes with the m16n8k32
+// e4m3 mma: each 128-value k group is summed apart and added to the accumulators times its row's activation
+// scale and its weight block's scale.
 #include <cuda_bf16.h>
 
 
@@ -72,13 +75,18 @@ constexpr int kRasterRows = 8;  // row tiles per raster group
 // the permute's writes are in L2 before any down block runs. They are read with __ldcg (L2, not the SM's
 // non-coherent L1). The weights are written by no kernel of the forward. A, the gate/up GEMM's output, is the
 // only input that needs the wait. Not for the gate/up GEMM itself: its tile map is the permute's output.
-template <class C, bool SWIGLU, bool SETTLED_MAP>
+// FP8: a and b hold e4m3 bytes, read as bf16-sized pairs (k counts pairs: 64 of them are one 128-value scale
+// group; mma_e4m3's fragments sit where mma_bf16's do, so loads, swizzle and ldmatrix are the bf16 ones);
+// a_scale [a's rows, k / 64] per row and group, b_scale [mats, ceil(n / 128), k / 64] per 128x128 weight
+// block (SwiGLU: mats = 2E, gate and up apart).
+template <class C, bool SWIGLU, bool SETTLED_MAP, bool FP8>
 static __global__ void __launch_bounds__(C::THREADS)
     grouped_gemm_kernel(const bf16* __restrict__ a, const int32_t* __restrict__ gather, const bf16* __restrict__ b,
                         bf16* __restrict__ c, const int32_t* __restrict__ segment_offsets,
                         const int32_t* __restrict__ segment_counts, const int32_t* __restrict__ tile_expert,
                         const int32_t* __restrict__ tile_row, const int32_t* __restrict__ n_tiles, int64_t k,
-                        int64_t n, int64_t max_tiles, int64_t n_col_tiles, bool early_dependent_launch) {
+                        int64_t n, int64_t max_tiles, int64_t n_col_tiles, bool early_dependent_launch,
+                        const float* __restrict__ a_scale, const float* __restrict__ b_scale) {
   // NOTE: blocks walk kRasterRows row tiles across every column tile before moving on, so that the row
   // tiles (gathered tokens) stay in L2 for all column tiles, and the row tiles of one expert read its weight
   // slice together. Launch order of (row tile fastest, column tile) re-read the rows from DRAM per column
@@ -151,6 +159,28 @@ static __global__ void __launch_bounds__(C::THREADS)
 
   float acc[C::MI][C::NI][4] = {};
   const int k_tiles = static_cast<int>(k / C::BK);
+
+  // FP8: the scales of the thread's accumulator rows (null past the segment: those rows are never stored)
+  // and of the warp's weight block. NOTE: a warp's output columns lie in one 128-row weight block, since
+  // blocks start at multiples of OUT_COLS, which divides 128.
+  constexpr int KK_PER_GROUP = FP8 ? 64 / 16 : C::BK / 16, GROUPS = C::BK / 16 / KK_PER_GROUP;
+  static_assert(!FP8 || (C::BK % 64 == 0 && 128 % OUT_COLS == 0), "fp8 tiles: whole scale groups and blocks");
+  const int64_t k_groups = k / 64;
+  const float* a_scale_row[C::MI][2] = {};
+  const float *b_scale_gate = nullptr, *b_scale_up = nullptr;
+  if constexpr (FP8) {
+#pragma unroll
+    for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t row = row0 + warp_m * C::TM + mi * 16 + lane / 4 + half * 8;
+        if (row < row_end) a_scale_row[mi][half] = a_scale + (gather ? int64_t{map(gather + row)} : row) * k_groups;
+      }
+    const int64_t n_blocks = (n + 127) / 128;
+    const int64_t block = min((n0 + warp_n * (SWIGLU ? C::TN / 2 : C::TN)) / 128, n_blocks - 1);
+    b_scale_gate = b_scale + ((SWIGLU ? 2 * int64_t{expert} : int64_t{expert}) * n_blocks + block) * k_groups;
+    b_scale_up = SWIGLU ? b_scale_gate + n_blocks * k_groups : b_scale_gate;
+  }
   if constexpr (SETTLED_MAP) {
     // The prologue's B loads go out uncommitted, so they join the first group (with A's stage 0): the main
     // loop's wait for group 0 covers them, and the group count stays that of the plain prologue.
@@ -179,23 +209,61 @@ static __global__ void __launch_bounds__(C::THREADS)
     const bf16* sa = smem + (kt % C::STAGES) * C::STAGE_ELEMS;
     const bf16* sb = sa + C::BM * C::BK;
 #pragma unroll
-    for (int kk = 0; kk < C::BK / 16; ++kk) {
-      unsigned af[C::MI][4];
+    for (int group = 0; group < GROUPS; ++group) {
+      // FP8: the group's scales are loaded before its mma so that their latency hides behind them.
+      float row_scale[C::MI][2], gate_scale = 0.0f, up_scale = 0.0f;
+      float part[FP8 ? C::MI : 1][FP8 ? C::NI : 1][4];
+      if constexpr (FP8) {
+        const int64_t g = int64_t{kt} * GROUPS + group;
 #pragma unroll
-      for (int mi = 0; mi < C::MI; ++mi) {
-        const int row = warp_m * C::TM + mi * 16 + lane % 16;
-        ldmatrix_x4(af[mi], sa + swizzle<C>(row, kk * 2 + lane / 16));
+        for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            row_scale[mi][half] = a_scale_row[mi][half] ? __ldcg(a_scale_row[mi][half] + g) : 0.0f;
+        gate_scale = __ldg(b_scale_gate + g);
+        up_scale = __ldg(b_scale_up + g);
+#pragma unroll
+        for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < C::NI; ++ni)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) part[mi][ni][q] = 0.0f;
       }
 #pragma unroll
-      for (int pair = 0; pair < C::NI / 2; ++pair) {
-        unsigned bfrag[4];
-        const int row = warp_n * C::TN + pair * 16 + (lane / 16) * 8 + lane % 8;
-        ldmatrix_x4(bfrag, sb + swizzle<C>(row, kk * 2 + (lane / 8) % 2));
+      for (int kk = group * KK_PER_GROUP; kk < (group + 1) * KK_PER_GROUP; ++kk) {
+        unsigned af[C::MI][4];
 #pragma unroll
         for (int mi = 0; mi < C::MI; ++mi) {
-          mma_bf16(acc[mi][2 * pair], af[mi], bfrag[0], bfrag[1]);
-          mma_bf16(acc[mi][2 * pair + 1], af[mi], bfrag[2], bfrag[3]);
+          const int row = warp_m * C::TM + mi * 16 + lane % 16;
+          ldmatrix_x4(af[mi], sa + swizzle<C>(row, kk * 2 + lane / 16));
         }
+#pragma unroll
+        for (int pair = 0; pair < C::NI / 2; ++pair) {
+          unsigned bfrag[4];
+          const int row = warp_n * C::TN + pair * 16 + (lane / 16) * 8 + lane % 8;
+          ldmatrix_x4(bfrag, sb + swizzle<C>(row, kk * 2 + (lane / 8) % 2));
+#pragma unroll
+          for (int mi = 0; mi < C::MI; ++mi) {
+            if constexpr (FP8) {
+              mma_e4m3(part[mi][2 * pair], af[mi], bfrag[0], bfrag[1]);
+              mma_e4m3(part[mi][2 * pair + 1], af[mi], bfrag[2], bfrag[3]);
+            } else {
+              mma_bf16(acc[mi][2 * pair], af[mi], bfrag[0], bfrag[1]);
+              mma_bf16(acc[mi][2 * pair + 1], af[mi], bfrag[2], bfrag[3]);
+            }
+          }
+        }
+      }
+      if constexpr (FP8) {
+        // SwiGLU: the warp's first NI / 2 mma columns are gate rows, the rest up rows (weight_row).
+#pragma unroll
+        for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < C::NI; ++ni)
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              acc[mi][ni][q] += part[mi][ni][q] * (row_scale[mi][q / 2] *
+                                                   (SWIGLU && ni >= C::NI / 2 ? up_scale : gate_scale));
       }
     }
   }
@@ -270,18 +338,40 @@ using Mid48 = TileConfig<48, 128, 64, 1, 4, 4>;
 // (Mixtral T=8192: 306 vs 273 TFLOP/s), BK=64 with 3 stages (264), and 128x256 tiles (295).
 using Prefill128 = TileConfig<128, 128, 32, 2, 2, 4>;
 
-template <class C, bool SWIGLU, bool SETTLED_MAP>
+template <class C, bool SWIGLU, bool SETTLED_MAP, bool FP8>
 void launch_kernel(const GroupedGemmArgs& g, const dim3 grid, int64_t n_col_tiles, cudaStream_t stream) {
-  raise_shared_memory_once<grouped_gemm_kernel<C, SWIGLU, SETTLED_MAP>>(C::SMEM_BYTES);
-  launch_dependent(grouped_gemm_kernel<C, SWIGLU, SETTLED_MAP>, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, g.a,
-                   g.gather, g.b, g.c, g.segment_offsets, g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, g.k,
-                   g.n, g.max_tiles, n_col_tiles, g.early_dependent_launch);
+  constexpr auto kernel = grouped_gemm_kernel<C, SWIGLU, SETTLED_MAP, FP8>;
+  raise_shared_memory_once<kernel>(C::SMEM_BYTES);
+  const bf16* a = FP8 ? reinterpret_cast<const bf16*>(g.a_fp8) : g.a;
+  const bf16* b = FP8 ? reinterpret_cast<const bf16*>(g.b_fp8) : g.b;
+  launch_dependent(kernel, grid, dim3(C::THREADS), C::SMEM_BYTES, stream, a, g.gather, b, g.c, g.segment_offsets,
+                   g.segment_counts, g.tile_expert, g.tile_row, g.n_tiles, FP8 ? g.k / 2 : g.k, g.n, g.max_tiles,
+                   n_col_tiles, g.early_dependent_launch, g.a_scale, g.b_scale);
+}
+
+template <class C, bool SWIGLU, bool FP8>
+void launch_with(const GroupedGemmArgs& g, const dim3 grid, int64_t n_col_tiles, cudaStream_t stream) {
+  MOE_CUDA_REQUIRE(!(SWIGLU && g.tile_map_settled), "grouped GEMM: the SwiGLU GEMM's tile map is never settled");
+  if constexpr (!SWIGLU) {
+    if (g.tile_map_settled) return launch_kernel<C, SWIGLU, true, FP8>(g, grid, n_col_tiles, stream);
+  }
+  launch_kernel<C, SWIGLU, false, FP8>(g, grid, n_col_tiles, stream);
 }
 
 template <class C, bool SWIGLU>
 void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
-  MOE_CUDA_REQUIRE(g.k % C::BK == 0, "grouped GEMM: inner size " + std::to_string(g.k) +
-                                         " must be a multiple of " + std::to_string(C::BK));
+  const bool fp8 = g.b_fp8 != nullptr;
+  // The kernel's k counts bf16 values or, in fp8, pairs of e4m3 values.
+  const int64_t k_units = fp8 ? g.k / 2 : g.k;
+  if (fp8) {
+    MOE_CUDA_REQUIRE(g.a_fp8 && g.a_scale && g.b_scale, "fp8 grouped GEMM: a_fp8, a_scale and b_scale must be set");
+    MOE_CUDA_REQUIRE(g.k % 128 == 0, "fp8 grouped GEMM: inner size " + std::to_string(g.k) +
+                                         " must be a multiple of the 128-value scale group");
+    MOE_CUDA_REQUIRE(C::BK % 64 == 0, "fp8 grouped GEMM: no fp8 kernel for tiles of " + std::to_string(C::BM) +
+                                          " rows (their k-steps are shorter than a scale group); use 64");
+  }
+  MOE_CUDA_REQUIRE(k_units % C::BK == 0, "grouped GEMM: inner size " + std::to_string(g.k) +
+                                             " must be a multiple of " + std::to_string(fp8 ? 2 * C::BK : C::BK));
   MOE_CUDA_REQUIRE(g.n % 2 == 0, "grouped GEMM: output columns " + std::to_string(g.n) + " must be even");
   MOE_CUDA_REQUIRE(g.tall_rows == 0, "grouped GEMM: the mma.sync kernels take tile maps without tall tiles "
                                      "(tall_rows " + std::to_string(g.tall_rows) + "; only the wgmma kernel has them)");
@@ -289,11 +379,10 @@ void launch(const GroupedGemmArgs& g, cudaStream_t stream) {
   constexpr int OUT_COLS = SWIGLU ? C::BN / 2 : C::BN;
   const int64_t n_col_tiles = (g.n + OUT_COLS - 1) / OUT_COLS;
   const dim3 grid(static_cast<unsigned>(g.max_tiles * n_col_tiles));
-  MOE_CUDA_REQUIRE(!(SWIGLU && g.tile_map_settled), "grouped GEMM: the SwiGLU GEMM's tile map is never settled");
-  if constexpr (!SWIGLU) {
-    if (g.tile_map_settled) return launch_kernel<C, SWIGLU, true>(g, grid, n_col_tiles, stream);
+  if constexpr (C::BK % 64 == 0) {
+    if (fp8) return launch_with<C, SWIGLU, true>(g, grid, n_col_tiles, stream);
   }
-  launch_kernel<C, SWIGLU, false>(g, grid, n_col_tiles, stream);
+  launch_with<C, SWIGLU, false>(g, grid, n_col_tiles, stream);
 }
 
 // The inner size from which 16-row tiles take k-steps of 128 (MOE_DECODE_WIDE_K overrides it, to measure).
@@ -303,10 +392,13 @@ int64_t decode_wide_k() {
 
 template <bool SWIGLU>
 void dispatch(const GroupedGemmArgs& g, int tile_rows, cudaStream_t stream) {
+  // NOTE: in fp8 a k-step of BK pairs carries as many bytes as a bf16 one of BK values, so the wide k-steps
+  // go by bytes a row too.
+  const int64_t k_units = g.b_fp8 ? g.k / 2 : g.k;
   switch (tile_rows) {
     case 16:
-      return g.k >= decode_wide_k() && g.k % Decode16::BK == 0 ? launch<Decode16, SWIGLU>(g, stream)
-                                                                : launch<Decode16Narrow, SWIGLU>(g, stream);
+      return k_units >= decode_wide_k() && k_units % Decode16::BK == 0 ? launch<Decode16, SWIGLU>(g, stream)
+                                                                        : launch<Decode16Narrow, SWIGLU>(g, stream);
     case 32: return launch<Decode32, SWIGLU>(g, stream);
     case 48: return launch<Mid48, SWIGLU>(g, stream);
     case 64: return launch<Mid64, SWIGLU>(g, stream);
@@ -316,6 +408,20 @@ void dispatch(const GroupedGemmArgs& g, int tile_rows, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool fp8_grouped_gemm_available() {
+  static const bool available = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    // The code the GPU runs must be built for sm_89 or later too (mma_e4m3 traps below it).
+    cudaFuncAttributes attributes{};
+    MOE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, grouped_gemm_kernel<Mid64, true, false, true>));
+    return major * 10 + minor >= 89 && attributes.binaryVersion >= 89;
+  }();
+  return available;
+}
 
 void grouped_gemm_swiglu(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream) {
   dispatch<true>(args, tile_rows, stream);

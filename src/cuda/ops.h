@@ -98,7 +98,8 @@ void build_tiles(const int32_t* segment_offsets, const int32_t* segment_counts, 
                  int32_t* tile_expert, int32_t* tile_row, int32_t* n_tiles, int64_t max_tiles, cudaStream_t stream);
 
 // ---- grouped_gemm.cu -------------------------------------------------------------------------------
-// Grouped GEMMs over expert segments, bf16 inputs, fp32 accumulation (mma.sync tensor cores).
+// Grouped GEMMs over expert segments, bf16 inputs, fp32 accumulation (mma.sync tensor cores); or FP8 W8A8
+// (e4m3 activations and weights, both block-scaled) where b_fp8 is set.
 struct GroupedGemmArgs {
   const bf16* a;              // rows of A, [*, K]; row r of segment e is a[gather ? gather[r] : r]
   const int32_t* gather;      // optional row map (the token of each row), null for identity
@@ -133,7 +134,19 @@ struct GroupedGemmArgs {
   // The wgmma kernel's staged epilogue as tuned for this GEMM (grouped_gemm_plan.h); unset: the policy's
   // (wgmma_schedule_for). The environment's override still wins.
   std::optional<bool> staged_epilogue = std::nullopt;
+  // FP8 W8A8 (mma.sync kernels only, fp8_grouped_gemm_available; k a multiple of 128, tiles of at most 64
+  // rows): a_fp8 / b_fp8 replace a / b, row for row, as e4m3 bytes. a_scale [a's rows, k / 128]: one scale
+  // per row and 128-value group (quantize_rows_fp8); b_scale [mats, ceil(n / 128), k / 128]: one per 128x128
+  // weight block, SwiGLU's gate and up rows blocked apart (mats = 2E: expert e's gate is 2e, its up 2e + 1;
+  // Fp8Mlps' layout). Out, silu and the fp32 accumulation are the bf16 kernels'.
+  const uint8_t* a_fp8 = nullptr;
+  const float* a_scale = nullptr;
+  const uint8_t* b_fp8 = nullptr;
+  const float* b_scale = nullptr;
 };
+
+// Whether the GPU runs the fp8 grouped GEMMs (compute capability 8.9 or later, and the build has code for it).
+bool fp8_grouped_gemm_available();
 
 // c[r, :] = silu(a_r · gateᵀ) ⊙ (a_r · upᵀ), b = [E, 2n, k] (rows 0..n-1 gate, n..2n-1 up).
 void grouped_gemm_swiglu(const GroupedGemmArgs& args, int tile_rows, cudaStream_t stream);
@@ -178,6 +191,11 @@ void unpermute(const bf16* rows, const int32_t* pair_rows, const float* pair_wei
 // where a block holds a NaN or an Inf (and left alone otherwise); mats <= 65535.
 void quantize_fp8_block(const bf16* w, int64_t mats, int64_t rows, int64_t cols, uint8_t* values, float* scales,
                         int* non_finite, cudaStream_t stream);
+// The W8A8 path's activations, quant::quantize_fp8_activations bit for bit: x [rows, cols] bf16 -> values
+// [rows, cols] e4m3 and scales [rows, cols / 128] fp32 (scale = amax / 448 per row and 128-value group, 1
+// for an all-zero group); cols a multiple of 128. A launch_dependent kernel (it waits for x's writer).
+void quantize_rows_fp8(const bf16* x, int64_t rows, int64_t cols, uint8_t* values, float* scales,
+                       cudaStream_t stream);
 
 // ---- decode.cu -------------------------------------------------------------------------------------
 // The fused decode path: the whole layer for up to kDecodeMaxTokens tokens in one persistent launch (one

@@ -2,7 +2,8 @@
 // kernels, order, arguments and workspace carving unchanged:
 //   router    router_fused, or RouterGemm + router_topk
 //   prepare   permute (+ the tile map), then gather_pair_rows / gather_rows where the wgmma kernels run
-//   experts   grouped GEMM gate+up with SwiGLU, then down (mma.sync or wgmma)
+//   experts   grouped GEMM gate+up with SwiGLU, then down (mma.sync or wgmma; fp8 mma.sync where config.quant
+//             is fp8_block, each preceded by quantize_rows_fp8 of its input)
 //   finalize  the shared experts' GEMMs on one dense segment, then unpermute (which adds them, gated)
 //   decode    decode_layer: the whole layer in one launch, for batches up to the decode limit (fp8 experts
 //             where config.quant is fp8_block)
@@ -60,6 +61,7 @@ struct RoutedPath {
   int64_t capacity = -1;  // per-expert rows in the padded paradigm, -1 in the contiguous one
   int64_t rows = 0;       // rows of the grouped GEMMs
   cuda::RoutedGemmPlan plan;  // tile height, kernel and staged epilogues asked for
+  bool fp8 = false;       // the fp8 mma.sync kernels run on the fp8 experts (W8A8)
   bool wgmma = false;     // the wgmma kernels run (asked for, and the gathered buffer they read exists)
   int tile_rows = 0;      // the tile height actually run (128 for wgmma)
 };
@@ -91,10 +93,14 @@ struct CudaLayerState {
   DeviceBuffer<bf16> decode_act;
   DeviceBuffer<unsigned> decode_barrier;
   cuda::DecodeScratch decode{};
-  // config.quant fp8_block: fp8 copies of the experts, which the fused decode path streams (the grouped
-  // GEMMs run on the bf16 ones).
-  bool fp8 = false;
+  // config.quant fp8_block: fp8 copies of the experts, which the fused decode path streams and the fp8
+  // mma.sync grouped GEMMs read where the GPU has them and the inner sizes are whole 128-value groups
+  // (fp8_gemms; the shared experts apart: fp8_shared_gemms), with their inputs quantised per row and group
+  // into x_fp8 / act_fp8 / shared_act_fp8. The wgmma kernels run the bf16 experts (no fp8 variant yet).
+  bool fp8 = false, fp8_gemms = false, fp8_shared_gemms = false;
   cuda::Fp8Mlps experts_fp8, shared_fp8;
+  DeviceBuffer<uint8_t> x_fp8, act_fp8, shared_act_fp8;
+  DeviceBuffer<float> x_scale, act_scale, shared_act_scale;
 
   CudaLayerState(const MoeConfig& config, const MoeWeights& weights, CudaLayerOptions options);
 
@@ -105,9 +111,12 @@ struct CudaLayerState {
     r.capacity = capacity_for(options, n_tokens, static_cast<int>(k), static_cast<int>(E));
     r.rows = r.capacity < 0 ? n_tokens * k : E * r.capacity;
     r.plan = cuda::routed_gemm_plan(E, k, I, H, n_tokens, r.capacity);
+    // fp8: up to the 64-row tiles, also where the policy would run them as wgmma's 128-row ones (the
+    // weight-stream regime, where reading half the bytes pays); past them the bf16 wgmma kernels.
+    r.fp8 = fp8_gemms && r.plan.tile_rows <= 64;
     // The wgmma kernel reads A through a tensor map, which cannot gather: without the gathered buffer
     // (sized at construction) the mma.sync kernels run instead.
-    r.wgmma = r.plan.kernel == cuda::GroupedGemmKernel::wgmma && gathered.size() > 0;
+    r.wgmma = !r.fp8 && r.plan.kernel == cuda::GroupedGemmKernel::wgmma && gathered.size() > 0;
     r.tile_rows = r.wgmma ? 128 : r.plan.tile_rows;
     return r;
   }
@@ -195,11 +204,26 @@ CudaLayerState::CudaLayerState(const MoeConfig& config_in, const MoeWeights& wei
     decode = {.logit_parts = decode_logits.get(), .act = decode_act.get(), .act_stride = decode.act_stride,
               .barrier = decode_barrier.get(), .expert_counts = permute.buffers().expert_counts,
               .dropped = permute.buffers().dropped};
-    fp8 = config.quant.method == quant::QuantMethod::fp8_block;
   }
+  fp8 = config.quant.method == quant::QuantMethod::fp8_block;
   if (fp8) {
     experts_fp8 = cuda::quantize_mlps_fp8(w13, w2, E, H, I);
     if (S > 0) shared_fp8 = cuda::quantize_mlps_fp8(shared_w13, shared_w2, 1, H, S);
+    const bool gemms = cuda::fp8_grouped_gemm_available() && H % 128 == 0;
+    fp8_gemms = gemms && I % 128 == 0;
+    fp8_shared_gemms = gemms && S > 0 && S % 128 == 0;
+    if (fp8_gemms || fp8_shared_gemms) {
+      x_fp8 = DeviceBuffer<uint8_t>(Tm * H);
+      x_scale = DeviceBuffer<float>(Tm * H / 128);
+    }
+    if (fp8_gemms) {
+      act_fp8 = DeviceBuffer<uint8_t>(max_rows * I);
+      act_scale = DeviceBuffer<float>(max_rows * I / 128);
+    }
+    if (fp8_shared_gemms) {
+      shared_act_fp8 = DeviceBuffer<uint8_t>(Tm * S);
+      shared_act_scale = DeviceBuffer<float>(Tm * S / 128);
+    }
   }
 
   MOE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -208,7 +232,8 @@ CudaLayerState::CudaLayerState(const MoeConfig& config_in, const MoeWeights& wei
 std::string CudaLayerState::describe_path(int64_t n_tokens) const {
   const RoutedPath p = path(n_tokens);
   if (p.decode) return fp8 ? "fused decode kernel, fp8 experts" : "fused decode kernel";
-  const std::string chooser = std::string(p.plan.tuned ? "tuned table" : "policy") + (fp8 ? ", bf16 experts" : "");
+  const std::string chooser =
+      std::string(p.plan.tuned ? "tuned table" : "policy") + (p.fp8 ? ", fp8 experts" : fp8 ? ", bf16 experts" : "");
   if (!p.wgmma) return "mma.sync grouped GEMMs, " + std::to_string(p.tile_rows) + "-row tiles (" + chooser + ")";
   const cuda::WgmmaSchedule up = cuda::wgmma_schedule_for(p.rows, E, true, H, p.plan.staged_gate_up);
   const cuda::WgmmaSchedule down = cuda::wgmma_schedule_for(p.rows, E, false, I, p.plan.staged_down);
@@ -221,6 +246,10 @@ std::string CudaLayerState::describe_path(int64_t n_tokens) const {
 }
 
 using StatePtr = std::shared_ptr<CudaLayerState>;
+
+// The shared experts run in fp8 for batches of up to this many tokens (64-row tiles); larger ones are
+// compute, where the bf16 wgmma kernel leads.
+constexpr int64_t kFp8SharedMaxTokens = 256;
 
 // Router: logits = x · Wᵀ in fp32, then scores and top-k. Small batches take one fused launch; larger ones
 // RouterGemm (the gate stays fp32: a bf16 gate would flip top-k choices).
@@ -336,10 +365,18 @@ class CudaExperts final : public Experts {
                              .scheduler = s.wgmma_scheduler.get(),
                              .tall_rows = batch.tall_rows};
     // Early dependent launch was measured in the weight-stream tiles only (up to 48 rows), where it pays:
-    // on an H200, 1.5-2.6 us at 32 rows an expert with 48-row tiles, on all four bench shapes.
-    up.early_dependent_launch = tile_rows <= 48;
+    // on an H200, 1.5-2.6 us at 32 rows an expert with 48-row tiles, on all four bench shapes. Not in fp8,
+    // where the next kernel is the quantiser of act.
+    up.early_dependent_launch = tile_rows <= 48 && !path.fp8;
     up.staged_epilogue = path.plan.staged_gate_up;
-    if (wgmma) {
+    if (path.fp8) {
+      cuda::quantize_rows_fp8(up.a, batch.source.size(0), s.H, s.x_fp8.get(), s.x_scale.get(), st);
+      up.a_fp8 = s.x_fp8.get();
+      up.a_scale = s.x_scale.get();
+      up.b_fp8 = s.experts_fp8.w13.get();
+      up.b_scale = s.experts_fp8.w13_scale.get();
+      cuda::grouped_gemm_swiglu(up, tile_rows, st);
+    } else if (wgmma) {
       up.a = static_cast<const bf16*>(batch.rows.data());
       up.gather = nullptr;
       up.n_experts = E;
@@ -360,7 +397,14 @@ class CudaExperts final : public Experts {
     down.tile_map_settled = true;  // the permute's, two launches back (the mma.sync kernel's prologue uses it)
     down.early_dependent_launch = false;  // unpermute or the shared GEMMs read its output
     down.staged_epilogue = path.plan.staged_down;
-    if (wgmma) {
+    if (path.fp8) {
+      cuda::quantize_rows_fp8(s.act.get(), rows, s.I, s.act_fp8.get(), s.act_scale.get(), st);
+      down.a_fp8 = s.act_fp8.get();
+      down.a_scale = s.act_scale.get();
+      down.b_fp8 = s.experts_fp8.w2.get();
+      down.b_scale = s.experts_fp8.w2_scale.get();
+      cuda::grouped_gemm(down, tile_rows, st);
+    } else if (wgmma) {
       cuda::wgmma_grouped_gemm(down, st);
     } else {
       cuda::grouped_gemm(down, tile_rows, st);
@@ -388,8 +432,12 @@ class CudaFinalize final : public Finalize {
     const auto* xp = static_cast<const bf16*>(x.data());
     if (s.S > 0) {
       int shared_rows = cuda::grouped_gemm_tile_rows(double(T));
+      // fp8 in the weight-stream regime, as the routed experts (at most 64-row tiles).
+      const bool shared_fp8 = s.fp8_shared_gemms && T <= kFp8SharedMaxTokens;
+      if (shared_fp8) shared_rows = std::min(shared_rows, 64);
       // The shared MLP's rows are contiguous already, so the wgmma kernel needs no gather there.
-      const bool shared_wgmma = cuda::grouped_gemm_kernel_for(shared_rows) == cuda::GroupedGemmKernel::wgmma;
+      const bool shared_wgmma =
+          !shared_fp8 && cuda::grouped_gemm_kernel_for(shared_rows) == cuda::GroupedGemmKernel::wgmma;
       if (shared_wgmma) shared_rows = 128;
       const int shared_tall = shared_wgmma ? cuda::wgmma_tall_rows() : 0;
       const bool shared_even = shared_wgmma && cuda::wgmma_even_tiles(T, 1);
@@ -414,7 +462,21 @@ class CudaFinalize final : public Finalize {
       sdown.n = s.H;
       sdown.tile_map_settled = true;  // build_tiles', two launches back
       sdown.early_dependent_launch = false;
-      if (shared_wgmma) {
+      if (shared_fp8) {
+        sup.early_dependent_launch = false;  // the quantiser of shared_act follows
+        cuda::quantize_rows_fp8(xp, T, s.H, s.x_fp8.get(), s.x_scale.get(), st);
+        sup.a_fp8 = s.x_fp8.get();
+        sup.a_scale = s.x_scale.get();
+        sup.b_fp8 = s.shared_fp8.w13.get();
+        sup.b_scale = s.shared_fp8.w13_scale.get();
+        cuda::grouped_gemm_swiglu(sup, shared_rows, st);
+        cuda::quantize_rows_fp8(s.shared_act.get(), T, s.S, s.shared_act_fp8.get(), s.shared_act_scale.get(), st);
+        sdown.a_fp8 = s.shared_act_fp8.get();
+        sdown.a_scale = s.shared_act_scale.get();
+        sdown.b_fp8 = s.shared_fp8.w2.get();
+        sdown.b_scale = s.shared_fp8.w2_scale.get();
+        cuda::grouped_gemm(sdown, shared_rows, st);
+      } else if (shared_wgmma) {
         sup.n_experts = sdown.n_experts = 1;
         sup.a_rows = sdown.a_rows = T;
         cuda::wgmma_grouped_gemm_swiglu(sup, st);

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # FP8 experts: their GPU tests, then `moe bench --backend cuda --cuda-weights fp8` (fp8 beside bf16, one run).
-# The tests first (the device quantiser bit for bit, the fp8 fused decode path against the CPU layer, the
-# bf16 decode tests beside it); then on each shape the bench at the default decode limit, and at T = 4, 8
-# with the fused path taking them (MOE_DECODE_MAX_TOKENS=8: both layers fused, for the fp8 kernel's time).
-# Usage: fp8 [shapes] [tokens] [fused tokens]   (defaults: three shapes; T = 1, 2, 4, 8, 16, 128; fused 4,8,
-# '-' for none)
+# The tests first (the device quantisers bit for bit, the fp8 grouped GEMMs against float64, the fp8 fused
+# decode path and grouped path against the CPU, the bf16 decode and grouped GEMM tests beside them); then on
+# each shape the bench at the default decode limit, and optionally at fused tokens with the fused path taking
+# them (MOE_DECODE_MAX_TOKENS=8: both layers fused, for the fp8 kernel's time).
+# Usage: fp8 [shapes] [tokens] [fused tokens]   (defaults: three shapes; T = 1 to 128 in powers of 2; fused
+# '-': none, e.g. 4,8)
 set -uo pipefail
 source scripts/device/lib/common.sh
 shapes=${1:-qwen3-30b-a3b,deepseek-v3,mixtral-8x7b}
-tokens=${2:-1,2,4,8,16,128}
-fused=${3:-4,8}
+tokens=${2:-1,2,4,8,16,32,64,128}
+fused=${3:--}
 work=/tmp/fp8-bench && rm -rf "$work" && mkdir -p "$work"  # packed into one file: the device returns 8
 gpu
-timeout 120 "$bin/cuda_tests" --gtest_filter='Fp8Block*:CudaDecodeFp8*:CudaDecode.*' > "$out/tests_fp8.log" 2>&1
+timeout 300 "$bin/cuda_tests" \
+  --gtest_filter='Fp8*:CudaDecodeFp8*:CudaGroupedGemmFp8*:CudaLayerFp8*:CudaDecode.*:CudaGroupedGemm*' > "$out/tests_fp8.log" 2>&1
 rc=$?
 row "fp8 + decode tests" "rc $rc" "$(gtest_counts "$out/tests_fp8.log")"
 if [ $rc -ne 0 ]; then grep -E "Failure|Expected|Which is|seed|error|T [0-9]|choice|output" "$out/tests_fp8.log" | head -30; fi
