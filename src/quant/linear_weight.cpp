@@ -19,8 +19,8 @@ std::string awq_module(const std::string& name) {
 
 std::string fp8_scale_name(const Checkpoint& checkpoint, const std::string& name) {
   if (ends_with_weight(name)) return name + "_scale_inv";
-  // NOTE: transformers names a fused expert tensor's scales "<name>_scales_inv"; "<name>_scale_inv" also
-  // occurs in converted checkpoints.
+  // NOTE: transformers 5 names a fused expert tensor's scales "<name>_scale_inv"; its early FP8 experts
+  // wrote "<name>_scales_inv", looked up first.
   const std::string plural = name + "_scales_inv";
   return checkpoint.contains(plural) ? plural : name + "_scale_inv";
 }

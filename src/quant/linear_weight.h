@@ -2,8 +2,8 @@
 // Reading a linear weight from a checkpoint whatever its format, by the name a float checkpoint gives it
 // ("model.layers.1.mlp.experts.3.gate_proj.weight", or a fused "model.layers.1.mlp.experts.gate_up_proj"):
 //   float (F32, BF16, F16)  the zero-copy view as stored
-//   F8_E4M3                 with "<name>_scale_inv" (fused tensors: transformers' "<name>_scales_inv"),
-//                           dequantised under the scheme's block size
+//   F8_E4M3                 with "<name>_scale_inv" (fused tensors also early transformers 5's
+//                           "<name>_scales_inv"), dequantised under the scheme's block size
 //   AWQ                     "<module>.qweight", ".qzeros", ".scales" in place of "<module>.weight",
 //                           dequantised under the scheme's group size
 // Quantised weights come back as new BF16 tensors (what the CPU's fast experts pack from; the reference
