@@ -3,7 +3,7 @@
 # Needs transformers 5.x with FineGrainedFP8Config, torch with CUDA, tokenizers and safetensors on the device
 # (no carry: no build is used). The fixture is made in a scratch folder and packed into the one file
 # $OUT/deepseek_v3_fp8.tar.xz (the device returns 8 files; the log is run.sh's). Unpack it into
-# tests/data/models/ here, then run the CPU test: ctest --test-dir build -R causal_lm_fp8 --output-on-failure.
+# tests/data/models/ here, then run the CPU tests: ctest --test-dir build -R CausalLmFp8 --output-on-failure.
 set -uo pipefail
 source scripts/device/lib/common.sh
 name=deepseek_v3_fp8
