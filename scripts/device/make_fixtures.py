@@ -248,16 +248,18 @@ def fp8_families():
     FP8 checkpoints. Every converted linear has both dims a multiple of the 128 block: transformers' quantiser
     on load tiles whole blocks, and its activation quantisation asserts that each linear's input (hidden_size,
     q_lora_rank, kv_lora_rank, heads x v_head_dim, (moe_)intermediate_size) is a multiple of 128; the outputs
-    too (q_b: heads x (nope + rope) = 640, kv_a_proj_with_mqa: kv_lora_rank + qk_rope_head_dim = 256, kv_b:
-    heads x (nope + v) = 256), so the rope dim is 128 here."""
+    too (q_b: heads x (nope + rope) = 640, kv_a_proj_with_mqa: kv_lora_rank + qk_rope_head_dim = 384, kv_b:
+    heads x (nope + v) = 384), so the rope dim is 128 here. NOTE: every input and output is 256 or more, so
+    no matrix is a single block: transformers 5.17 saves a one-block matrix's scale as a scalar and then
+    cannot reload its own fused experts ("Concatenate on tensors destined for ...gate_up_proj_scale_inv")."""
     byte_level = dict(vocab_size=2048, bos_token_id=None, eos_token_id=0, pad_token_id=0)
     return [
         ("deepseek_v3_fp8", "DeepseekV3Config", "qwen2", "deepseek_v3",
-         dict(COMMON, **byte_level, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
-              num_key_value_heads=4, intermediate_size=256, moe_intermediate_size=128, n_routed_experts=16,
-              n_shared_experts=1, num_experts_per_tok=4, n_group=4, topk_group=2, routed_scaling_factor=2.5,
-              norm_topk_prob=True, first_k_dense_replace=1, q_lora_rank=128, kv_lora_rank=128,
-              qk_rope_head_dim=128, qk_nope_head_dim=32, v_head_dim=32, rope_theta=10000.0,
+         dict(COMMON, **byte_level, hidden_size=256, num_hidden_layers=3, num_attention_heads=4,
+              num_key_value_heads=4, intermediate_size=512, moe_intermediate_size=256, n_routed_experts=8,
+              n_shared_experts=1, num_experts_per_tok=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+              norm_topk_prob=True, first_k_dense_replace=1, q_lora_rank=256, kv_lora_rank=256,
+              qk_rope_head_dim=128, qk_nope_head_dim=32, v_head_dim=64, rope_theta=10000.0,
               rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
                             "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
               tie_word_embeddings=False)),
@@ -444,7 +446,10 @@ def dequantize_like_the_engine(tensors, block):
                              + str([k for k in tensors if k.startswith(name.rsplit('.', 1)[0])][:6]))
         n, k = t.shape[-2:]
         s = tensors[s_name].float()
-        if list(s.shape[-2:]) != [_cdiv(n, block[0]), _cdiv(k, block[1])]:
+        grid = list(t.shape[:-2]) + [_cdiv(n, block[0]), _cdiv(k, block[1])]
+        if s.numel() == torch.Size(grid).numel():  # a one-block matrix's scale is saved as a scalar
+            s = s.reshape(grid)
+        if list(s.shape[-2:]) != grid[-2:]:
             raise SystemExit(f"scales {s_name} {list(s.shape)} do not tile {name} {list(t.shape)} in {block} blocks")
         full = s.repeat_interleave(block[0], dim=-2)[..., :n, :].repeat_interleave(block[1], dim=-1)[..., :k]
         out[name] = (t.float() * full).to(torch.bfloat16).contiguous()

@@ -71,7 +71,14 @@ void check_fp8_block(const Tensor& values, const Tensor& scale_inv, Fp8BlockShap
             "the scales of '{}' are {}: expected F32 (one per {}x{} block)", name, dtype_name(scale_inv.dtype()),
             block.n, block.k);
   const std::vector<int64_t> expected = scale_shape(values, block);
-  MOE_CHECK(scale_inv.shape() == expected,
+  // NOTE: transformers saves the scale of a matrix that is one block as a scalar ([] for [1, 1]): scales of
+  // lower rank whose dimensions are the expected ones less some of size 1 are accepted (they index alike).
+  const auto squeezed = [](std::vector<int64_t> shape) {
+    std::erase(shape, int64_t{1});
+    return shape;
+  };
+  MOE_CHECK(scale_inv.shape() == expected || (scale_inv.dim() < static_cast<int>(expected.size()) &&
+                                              squeezed(scale_inv.shape()) == squeezed(expected)),
             "the scales of '{}' have shape {}, expected {}: one per {}x{} block of its {} values (does "
             "quantization_config.weight_block_size match the checkpoint?)",
             name, scale_inv.shape_string(), shape_to_string(expected), block.n, block.k, values.shape_string());

@@ -103,6 +103,21 @@ TEST(Fp8Block, BadScalesNameTheTensor) {
   EXPECT_NE(not_fp8.find("F8_E4M3"), std::string::npos) << not_fp8;
 }
 
+// transformers saves a one-block matrix's scale as a scalar: it reads as the [1, 1] it stands for; a scalar
+// for a matrix of several blocks is still an error.
+TEST(Fp8Block, OneBlockScaleSavedAsAScalar) {
+  const Tensor w = Tensor::from_f32({2, 2}, std::vector<float>{0.5f, -1.0f, 2.0f, 0.25f});
+  const Fp8BlockWeight q = quantize_fp8_block(w, {.n = 2, .k = 2});
+  Tensor scalar = Tensor::empty(DType::F32, {});
+  scalar.data_as<float>()[0] = q.scale_inv.data_as<float>()[0];
+  const Tensor want = dequantize_fp8_block(q.values, q.scale_inv, {.n = 2, .k = 2}, DType::F32, "w");
+  const Tensor got = dequantize_fp8_block(q.values, scalar, {.n = 2, .k = 2}, DType::F32, "w");
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(got.data_as<float>()[i], want.data_as<float>()[i]) << i;
+  const std::string several =
+      error_of([&] { dequantize_fp8_block(q.values, scalar, {.n = 1, .k = 2}, DType::F32, "w"); });
+  EXPECT_NE(several.find("expected [2, 1]"), std::string::npos) << several;
+}
+
 TEST(Fp8Activations, PerTokenGroupsOfAmaxOver448) {
   // One token, K = 4 in groups of 2: amax 3 and 0 (an all-zero group keeps scale 1).
   const Tensor x = Tensor::from_f32({1, 4}, std::vector<float>{-3, 1.5f, 0, 0});
