@@ -195,6 +195,28 @@ static __global__ void __launch_bounds__(C::THREADS)
     }
     cp_async_commit();
   }
+  // FP8: the scales of k-step kt + 1 are loaded during k-step kt, so that their L2 latency hides behind a
+  // whole iteration (loaded in the group that uses them, they stalled every k-step); A's come from the
+  // kernel before, so the first ones follow the grid wait above. Per group: the 2 MI row scales, then the
+  // gate and the up block's.
+  constexpr int SCALES = 2 * C::MI + 2, SCALE_GROUPS = FP8 ? GROUPS : 1;
+  float scale_now[SCALE_GROUPS][SCALES] = {}, scale_next[SCALE_GROUPS][SCALES] = {};
+  auto load_scales = [&](int kt, float (&out)[SCALE_GROUPS][SCALES]) {
+#pragma unroll
+    for (int group = 0; group < SCALE_GROUPS; ++group) {
+      const int64_t g = int64_t{kt} * GROUPS + group;
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          out[group][2 * mi + half] = a_scale_row[mi][half] ? __ldcg(a_scale_row[mi][half] + g) : 0.0f;
+      out[group][2 * C::MI] = __ldg(b_scale_gate + g);
+      out[group][2 * C::MI + 1] = __ldg(b_scale_up + g);
+    }
+  };
+  if constexpr (FP8) {
+    if (k_tiles > 0) load_scales(0, scale_now);
+  }
   for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<C::STAGES - 2>();
     __syncthreads();
@@ -205,23 +227,16 @@ static __global__ void __launch_bounds__(C::THREADS)
       load_b(next % C::STAGES, int64_t{next} * C::BK);
     }
     cp_async_commit();
+    if constexpr (FP8) {
+      if (kt + 1 < k_tiles) load_scales(kt + 1, scale_next);
+    }
 
     const bf16* sa = smem + (kt % C::STAGES) * C::STAGE_ELEMS;
     const bf16* sb = sa + C::BM * C::BK;
 #pragma unroll
     for (int group = 0; group < GROUPS; ++group) {
-      // FP8: the group's scales are loaded before its mma so that their latency hides behind them.
-      float row_scale[C::MI][2], gate_scale = 0.0f, up_scale = 0.0f;
       float part[FP8 ? C::MI : 1][FP8 ? C::NI : 1][4];
       if constexpr (FP8) {
-        const int64_t g = int64_t{kt} * GROUPS + group;
-#pragma unroll
-        for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-          for (int half = 0; half < 2; ++half)
-            row_scale[mi][half] = a_scale_row[mi][half] ? __ldcg(a_scale_row[mi][half] + g) : 0.0f;
-        gate_scale = __ldg(b_scale_gate + g);
-        up_scale = __ldg(b_scale_up + g);
 #pragma unroll
         for (int mi = 0; mi < C::MI; ++mi)
 #pragma unroll
@@ -262,9 +277,16 @@ static __global__ void __launch_bounds__(C::THREADS)
           for (int ni = 0; ni < C::NI; ++ni)
 #pragma unroll
             for (int q = 0; q < 4; ++q)
-              acc[mi][ni][q] += part[mi][ni][q] * (row_scale[mi][q / 2] *
-                                                   (SWIGLU && ni >= C::NI / 2 ? up_scale : gate_scale));
+              acc[mi][ni][q] += part[mi][ni][q] *
+                                (scale_now[group][2 * mi + q / 2] *
+                                 scale_now[group][2 * C::MI + (SWIGLU && ni >= C::NI / 2 ? 1 : 0)]);
       }
+    }
+    if constexpr (FP8) {
+#pragma unroll
+      for (int group = 0; group < SCALE_GROUPS; ++group)
+#pragma unroll
+        for (int i = 0; i < SCALES; ++i) scale_now[group][i] = scale_next[group][i];
     }
   }
   cp_async_wait<0>();

@@ -111,9 +111,10 @@ struct CudaLayerState {
     r.capacity = capacity_for(options, n_tokens, static_cast<int>(k), static_cast<int>(E));
     r.rows = r.capacity < 0 ? n_tokens * k : E * r.capacity;
     r.plan = cuda::routed_gemm_plan(E, k, I, H, n_tokens, r.capacity);
-    // fp8: up to the 64-row tiles, also where the policy would run them as wgmma's 128-row ones (the
-    // weight-stream regime, where reading half the bytes pays); past them the bf16 wgmma kernels.
-    r.fp8 = fp8_gemms && r.plan.tile_rows <= 64;
+    // fp8: in the weight-stream tiles (up to 32 rows); past them the bf16 wgmma kernels. NOTE: at 17-48
+    // rows an expert the fp8 48- and 64-row kernels (185-255 registers a thread) lost to bf16 wgmma on the
+    // H200 (Mixtral T=128: 818-846 us against 734; on an H100 they won, 702-902 against 1,003).
+    r.fp8 = fp8_gemms && r.plan.tile_rows <= 32;
     // The wgmma kernel reads A through a tensor map, which cannot gather: without the gathered buffer
     // (sized at construction) the mma.sync kernels run instead.
     r.wgmma = !r.fp8 && r.plan.kernel == cuda::GroupedGemmKernel::wgmma && gathered.size() > 0;
@@ -247,9 +248,9 @@ std::string CudaLayerState::describe_path(int64_t n_tokens) const {
 
 using StatePtr = std::shared_ptr<CudaLayerState>;
 
-// The shared experts run in fp8 for batches of up to this many tokens (64-row tiles); larger ones are
-// compute, where the bf16 wgmma kernel leads.
-constexpr int64_t kFp8SharedMaxTokens = 256;
+// The shared experts run in fp8 for batches of up to this many tokens (32-row tiles); larger ones go to
+// the bf16 wgmma kernel, as the routed experts do.
+constexpr int64_t kFp8SharedMaxTokens = 128;
 
 // Router: logits = x · Wᵀ in fp32, then scores and top-k. Small batches take one fused launch; larger ones
 // RouterGemm (the gate stays fp32: a bf16 gate would flip top-k choices).
@@ -432,9 +433,9 @@ class CudaFinalize final : public Finalize {
     const auto* xp = static_cast<const bf16*>(x.data());
     if (s.S > 0) {
       int shared_rows = cuda::grouped_gemm_tile_rows(double(T));
-      // fp8 in the weight-stream regime, as the routed experts (at most 64-row tiles).
+      // fp8 in the weight-stream regime, as the routed experts (at most 32-row tiles).
       const bool shared_fp8 = s.fp8_shared_gemms && T <= kFp8SharedMaxTokens;
-      if (shared_fp8) shared_rows = std::min(shared_rows, 64);
+      if (shared_fp8) shared_rows = std::min(shared_rows, 32);
       // The shared MLP's rows are contiguous already, so the wgmma kernel needs no gather there.
       const bool shared_wgmma =
           !shared_fp8 && cuda::grouped_gemm_kernel_for(shared_rows) == cuda::GroupedGemmKernel::wgmma;
