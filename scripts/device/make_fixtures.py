@@ -296,6 +296,20 @@ def _emulated_matmul(A, B, As, Bs, block_size=None, output_dtype=torch.float32, 
     return out.to(output_dtype).reshape(*A.shape[:-1], N)
 
 
+def _emulated_matmul_any(*args, activation_scale=None, **kwargs):
+    """finegrained-fp8's matmul in either calling convention: the quantised input and its scales first (6
+    arguments, or As given), or the float input, quantised here per token and block_size[1] columns."""
+    if len(args) >= 6 or "As" in kwargs:
+        return _emulated_matmul(*args, **kwargs)
+    names = ("input", "weight", "weight_scale_inv", "block_size", "output_dtype")
+    a = dict(zip(names, args), **kwargs)
+    if activation_scale is not None:
+        raise SystemExit("the fixture's emulation covers dynamic activation quantisation only")
+    x, block = a["input"], a.get("block_size")
+    q, s = _emulated_act_quant(x, block[1] if block is not None else x.shape[-1])
+    return _emulated_matmul(q, a["weight"], s, a["weight_scale_inv"], block, a.get("output_dtype") or x.dtype)
+
+
 def _emulated_batched(x, w, ws, block_size=None, expert_ids=None, **_):
     out = torch.empty(x.shape[0], w.shape[1], dtype=x.dtype, device=x.device)
     for e in expert_ids.unique().tolist():
@@ -377,14 +391,19 @@ def pin_fp8_kernels():
     getattr(hub_kernels, "_KERNEL_MODULE_MAPPING", {})["finegrained-fp8"] = emulation
     if hasattr(fg, "_triton_available"):  # transformers 5.x before the cached loader: retry, finding the emulation
         fg._triton_available = None
-    if hasattr(fg, "_load_finegrained_fp8_kernel"):  # later 5.x: a cached loader that needs the `kernels` package
-        fields = dict(matmul=_emulated_matmul, act_quant=_emulated_act_quant, batched_matmul=_emulated_batched,
+    # Later 5.x: a cached loader that needs the `kernels` package, called through load_finegrained_fp8_kernel
+    # (5.17), whose matmul quantises its input itself: matmul(input, weight, weight_scale_inv, block_size,
+    # output_dtype, activation_scale=None); earlier ones take the quantised input and its scales (6 arguments).
+    loaders = [n for n in ("_load_finegrained_fp8_kernel", "load_finegrained_fp8_kernel") if hasattr(fg, n)]
+    if loaders:
+        fields = dict(matmul=_emulated_matmul_any, act_quant=_emulated_act_quant, batched_matmul=_emulated_batched,
                       grouped_matmul=_emulated_grouped)
         try:
-            entry = fg.FineGrainedFP8(**fields)
+            entry = fg.FineGrainedFP8(**{k: fields[k] for k in ("matmul", "batched_matmul", "grouped_matmul")})
         except Exception:
             entry = types.SimpleNamespace(**fields)
-        fg._load_finegrained_fp8_kernel = lambda: entry
+        for n in loaders:
+            setattr(fg, n, lambda: entry)
     return f"a torch emulation of kernels-community/finegrained-fp8's entry points ({why})"
 
 
