@@ -235,15 +235,7 @@ static __global__ void __launch_bounds__(C::THREADS)
     const bf16* sb = sa + C::BM * C::BK;
 #pragma unroll
     for (int group = 0; group < GROUPS; ++group) {
-      float part[FP8 ? C::MI : 1][FP8 ? C::NI : 1][4];
-      if constexpr (FP8) {
-#pragma unroll
-        for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < C::NI; ++ni)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) part[mi][ni][q] = 0.0f;
-      }
+      float part[FP8 ? C::MI : 1][FP8 ? C::NI : 1][4] = {};
 #pragma unroll
       for (int kk = group * KK_PER_GROUP; kk < (group + 1) * KK_PER_GROUP; ++kk) {
         unsigned af[C::MI][4];

@@ -248,6 +248,17 @@ std::string CudaLayerState::describe_path(int64_t n_tokens) const {
 
 using StatePtr = std::shared_ptr<CudaLayerState>;
 
+// Makes g an fp8 GEMM: its input (rows x cols bf16) quantised into q / q_scale, its weights w / w_scale.
+void use_fp8(cuda::GroupedGemmArgs& g, const bf16* input, int64_t rows, int64_t cols, DeviceBuffer<uint8_t>& q,
+             DeviceBuffer<float>& q_scale, const DeviceBuffer<uint8_t>& w, const DeviceBuffer<float>& w_scale,
+             cudaStream_t stream) {
+  cuda::quantize_rows_fp8(input, rows, cols, q.get(), q_scale.get(), stream);
+  g.a_fp8 = q.get();
+  g.a_scale = q_scale.get();
+  g.b_fp8 = w.get();
+  g.b_scale = w_scale.get();
+}
+
 // The shared experts run in fp8 for batches of up to this many tokens (32-row tiles); larger ones go to
 // the bf16 wgmma kernel, as the routed experts do.
 constexpr int64_t kFp8SharedMaxTokens = 128;
@@ -371,11 +382,8 @@ class CudaExperts final : public Experts {
     up.early_dependent_launch = tile_rows <= 48 && !path.fp8;
     up.staged_epilogue = path.plan.staged_gate_up;
     if (path.fp8) {
-      cuda::quantize_rows_fp8(up.a, batch.source.size(0), s.H, s.x_fp8.get(), s.x_scale.get(), st);
-      up.a_fp8 = s.x_fp8.get();
-      up.a_scale = s.x_scale.get();
-      up.b_fp8 = s.experts_fp8.w13.get();
-      up.b_scale = s.experts_fp8.w13_scale.get();
+      use_fp8(up, up.a, batch.source.size(0), s.H, s.x_fp8, s.x_scale, s.experts_fp8.w13, s.experts_fp8.w13_scale,
+              st);
       cuda::grouped_gemm_swiglu(up, tile_rows, st);
     } else if (wgmma) {
       up.a = static_cast<const bf16*>(batch.rows.data());
@@ -399,11 +407,8 @@ class CudaExperts final : public Experts {
     down.early_dependent_launch = false;  // unpermute or the shared GEMMs read its output
     down.staged_epilogue = path.plan.staged_down;
     if (path.fp8) {
-      cuda::quantize_rows_fp8(s.act.get(), rows, s.I, s.act_fp8.get(), s.act_scale.get(), st);
-      down.a_fp8 = s.act_fp8.get();
-      down.a_scale = s.act_scale.get();
-      down.b_fp8 = s.experts_fp8.w2.get();
-      down.b_scale = s.experts_fp8.w2_scale.get();
+      use_fp8(down, s.act.get(), rows, s.I, s.act_fp8, s.act_scale, s.experts_fp8.w2, s.experts_fp8.w2_scale,
+              st);
       cuda::grouped_gemm(down, tile_rows, st);
     } else if (wgmma) {
       cuda::wgmma_grouped_gemm(down, st);
@@ -465,17 +470,10 @@ class CudaFinalize final : public Finalize {
       sdown.early_dependent_launch = false;
       if (shared_fp8) {
         sup.early_dependent_launch = false;  // the quantiser of shared_act follows
-        cuda::quantize_rows_fp8(xp, T, s.H, s.x_fp8.get(), s.x_scale.get(), st);
-        sup.a_fp8 = s.x_fp8.get();
-        sup.a_scale = s.x_scale.get();
-        sup.b_fp8 = s.shared_fp8.w13.get();
-        sup.b_scale = s.shared_fp8.w13_scale.get();
+        use_fp8(sup, xp, T, s.H, s.x_fp8, s.x_scale, s.shared_fp8.w13, s.shared_fp8.w13_scale, st);
         cuda::grouped_gemm_swiglu(sup, shared_rows, st);
-        cuda::quantize_rows_fp8(s.shared_act.get(), T, s.S, s.shared_act_fp8.get(), s.shared_act_scale.get(), st);
-        sdown.a_fp8 = s.shared_act_fp8.get();
-        sdown.a_scale = s.shared_act_scale.get();
-        sdown.b_fp8 = s.shared_fp8.w2.get();
-        sdown.b_scale = s.shared_fp8.w2_scale.get();
+        use_fp8(sdown, s.shared_act.get(), T, s.S, s.shared_act_fp8, s.shared_act_scale, s.shared_fp8.w2,
+                s.shared_fp8.w2_scale, st);
         cuda::grouped_gemm(sdown, shared_rows, st);
       } else if (shared_wgmma) {
         sup.n_experts = sdown.n_experts = 1;
