@@ -57,20 +57,6 @@ json read_json(const fs::path& file) {
   return json::parse(in);
 }
 
-struct Prefill {
-  Tensor logits;                                         // [n, V]
-  std::map<int64_t, std::vector<RoutingEvent>> routing;  // layer -> events in token order
-};
-
-Prefill prefill(CausalLM& lm, const std::vector<int32_t>& ids) {
-  Prefill p;
-  auto cache = lm.new_cache(1, static_cast<int64_t>(ids.size()));
-  const std::vector<std::vector<int32_t>> batch = {ids};
-  p.logits = lm.forward(batch, *cache, /*last_only=*/false,
-                        [&](const RoutingEvent& e) { p.routing[e.layer].push_back(e); });
-  return p;
-}
-
 // ---- transformers 5's FP8 layout, written here from the float deepseek_v3 fixture ----
 
 // bf16(float(e4m3) x scale of its block) of values [..., N, K] with scales [..., ceil(N / n), ceil(K / k)],

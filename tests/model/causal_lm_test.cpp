@@ -29,20 +29,6 @@ using model::RoutingEvent;
 
 constexpr double kLogitTolerance = 1e-4;
 
-struct Prefill {
-  Tensor logits;                                               // [n, V]
-  std::map<int64_t, std::vector<RoutingEvent>> routing;        // layer -> events in token order
-};
-
-Prefill prefill(CausalLM& lm, const std::vector<int32_t>& ids) {
-  Prefill p;
-  auto cache = lm.new_cache(1, static_cast<int64_t>(ids.size()));
-  const std::vector<std::vector<int32_t>> batch = {ids};
-  p.logits = lm.forward(batch, *cache, /*last_only=*/false,
-                        [&](const RoutingEvent& e) { p.routing[e.layer].push_back(e); });
-  return p;
-}
-
 // Returns the worst row's error.
 double expect_logits_match(const Tensor& ours, int64_t first_row, const Tensor& ref, double tolerance) {
   const int64_t V = ref.size(1);

@@ -78,4 +78,13 @@ std::vector<int32_t> greedy(model::CausalLM& lm, const std::vector<int32_t>& pro
   return out;
 }
 
+Prefill prefill(model::CausalLM& lm, const std::vector<int32_t>& ids) {
+  Prefill p;
+  auto cache = lm.new_cache(1, static_cast<int64_t>(ids.size()));
+  const std::vector<std::vector<int32_t>> batch = {ids};
+  p.logits = lm.forward(batch, *cache, /*last_only=*/false,
+                        [&](const model::RoutingEvent& e) { p.routing[e.layer].push_back(e); });
+  return p;
+}
+
 }  // namespace moe::test

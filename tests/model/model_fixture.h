@@ -43,6 +43,13 @@ double row_rel_error(const float* a, const float* b, int64_t n);
 // The first index of the largest value (torch.argmax's choice on ties).
 int32_t argmax(const float* row, int64_t n);
 
+// One prompt's prefill: the logits of every position and the routing events of every MoE layer.
+struct Prefill {
+  Tensor logits;                                                // [n, V]
+  std::map<int64_t, std::vector<model::RoutingEvent>> routing;  // layer -> events in token order
+};
+Prefill prefill(model::CausalLM& lm, const std::vector<int32_t>& ids);
+
 // Greedy decoding as transformers' generate(do_sample=False): prefill, then one token per step through the
 // KV cache until max_new tokens or an eos (kept in the output).
 std::vector<int32_t> greedy(model::CausalLM& lm, const std::vector<int32_t>& prompt, int64_t max_new,
