@@ -97,8 +97,8 @@ std::vector<BenchRow> run_cpu_bench(const BenchShape& shape, const std::vector<i
 // and cuBLAS bf16 GEMM TFLOP/s.
 double device_copy_tbps();
 double device_matmul_tflops();
-// expert_weights "bf16", or "fp8": then each token count has a second row, the same weights as fp8 experts
-// (config.quant fp8_block), with the bf16 row's time as its peer.
+// expert_weights "bf16", or "fp8" / "int4": then each token count has a second row, the same weights as fp8
+// or int4 experts (config.quant fp8_block / awq_int4), with the bf16 row's time as its peer.
 std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
                                      BenchRouting routing, int repeats, const std::string& expert_weights = "bf16");
 

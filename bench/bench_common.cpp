@@ -74,7 +74,9 @@ double layer_flops(const BenchShape& s, int64_t tokens) {
   return 2.0 * tokens * s.top_k * 3.0 * s.hidden * s.intermediate;
 }
 double weight_bytes(const BenchShape& s, double experts_touched, const std::string& weights) {
-  return experts_touched * 3.0 * s.hidden * s.intermediate * (weights == "int8" || weights == "fp8" ? 1.0 : 2.0);
+  // int4: half a byte a weight and a 4-byte scale and zero point per 128 (the GPU's tiles)
+  const double per_weight = weights == "int8" || weights == "fp8" ? 1.0 : weights == "int4" ? 0.5 + 4.0 / 128 : 2.0;
+  return experts_touched * 3.0 * s.hidden * s.intermediate * per_weight;
 }
 }  // namespace
 

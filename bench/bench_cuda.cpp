@@ -1,6 +1,7 @@
 // `moe bench --backend cuda`: the CUDA layer replayed from CUDA graphs over rotating inputs, timed with
 // CUDA events; the bf16 matmul rate (cuBLAS) and the device copy bandwidth measured in the same run. With fp8
-// experts, a second layer of the same weights (config.quant fp8_block) is timed beside the bf16 one.
+// or int4 experts, a second layer of the same weights (config.quant fp8_block or awq_int4, quantised on the
+// device) is timed beside the bf16 one.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <fmt/core.h>
@@ -84,8 +85,8 @@ double measure_copy_tbps(cudaStream_t stream) {
 
 std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<int64_t>& tokens,
                                      BenchRouting routing, int repeats, const std::string& expert_weights) {
-  MOE_CHECK(expert_weights == "bf16" || expert_weights == "fp8", "--cuda-weights '{}': expected bf16 or fp8",
-            expert_weights);
+  MOE_CHECK(expert_weights == "bf16" || expert_weights == "fp8" || expert_weights == "int4",
+            "--cuda-weights '{}': expected bf16, fp8 or int4", expert_weights);
   MOE_CHECK(cuda_device_available(), "moe bench --backend cuda: no GPU is visible (use --backend cpu)");
   cudaStream_t stream;
   MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -97,11 +98,11 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
   const int64_t T_max = *std::max_element(tokens.begin(), tokens.end());
   const int64_t H = config.hidden_size, k = config.router.top_k;
   MoeLayer layer(config, make_cuda_stages(config, weights, {.max_tokens = T_max}));
-  std::unique_ptr<MoeLayer> fp8_layer;
-  if (expert_weights == "fp8") {
-    MoeConfig fp8_config = config;
-    fp8_config.quant.method = quant::QuantMethod::fp8_block;
-    fp8_layer = std::make_unique<MoeLayer>(fp8_config, make_cuda_stages(fp8_config, weights, {.max_tokens = T_max}));
+  std::unique_ptr<MoeLayer> quantised;
+  if (expert_weights != "bf16") {
+    MoeConfig q_config = config;
+    q_config.quant.method = expert_weights == "fp8" ? quant::QuantMethod::fp8_block : quant::QuantMethod::awq_int4;
+    quantised = std::make_unique<MoeLayer>(q_config, make_cuda_stages(q_config, weights, {.max_tokens = T_max}));
   }
 
   std::vector<std::unique_ptr<cuda::DeviceBuffer<uint16_t>>> inputs;
@@ -156,8 +157,9 @@ std::vector<BenchRow> run_cuda_bench(const BenchShape& shape, const std::vector<
   std::vector<BenchRow> rows;
   for (int64_t T : tokens) {
     rows.push_back(time_layer(layer, T, "bf16"));
-    if (fp8_layer) {
-      BenchRow row = time_layer(*fp8_layer, T, "fp8");
+    if (quantised) {
+      // NOTE: past the int4 layer's decode limit it runs its bf16 experts: named so, by its path.
+      BenchRow row = time_layer(*quantised, T, expert_weights);
       row.peer = "the bf16 layer";
       row.peer_us = rows.back().us_median;
       rows.push_back(row);

@@ -22,7 +22,7 @@ struct BenchArgs {
   int repeats = 20;
   CpuBenchOptions cpu;                       // --cpu-weights, --layers, --max-gib, --min-seconds
   std::vector<const CLI::Option*> cpu_only;  // refused with --backend cuda
-  std::string cuda_weights = "bf16";         // --cuda-weights: bf16, or fp8 timed beside bf16
+  std::string cuda_weights = "bf16";         // --cuda-weights: bf16, or fp8 / int4 timed beside bf16
   const CLI::Option* cuda_weights_option = nullptr;  // refused with --backend cpu
   bool dispatch = false, tokens_given = false;  // --dispatch: the expert-parallel exchange (bench_dispatch.cpp)
   std::string wire = "bf16,fp8";
@@ -159,9 +159,9 @@ Run add_bench_command(CLI::App& app) {
       ->capture_default_str();
   args->cuda_weights_option =
       cmd->add_option("--cuda-weights", args->cuda_weights,
-                      "CUDA: expert weights bf16, or fp8 (timed beside the bf16 layer in the same run; fp8 floors: "
-                      "fp8 bytes)")
-          ->check(CLI::IsMember({"bf16", "fp8"}))
+                      "CUDA: expert weights bf16, or fp8 / int4 (timed beside the bf16 layer in the same run; their "
+                      "floors: their bytes)")
+          ->check(CLI::IsMember({"bf16", "fp8", "int4"}))
           ->capture_default_str();
   args->cpu_only = {
       cmd->add_option("--cpu-weights", args->cpu.weights, "CPU: expert weights bf16 or int8 (int8 floors: int8 bytes)")

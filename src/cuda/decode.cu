@@ -15,6 +15,9 @@
 // system stays busy across it. FP8 experts (the FP8 template) stream e4m3 rows, half the bytes, in the same
 // 16-byte chunks (16 values instead of 8), dequantised in registers: each chunk lies in one 128-wide block,
 // so its dot product with the bf16 activations is taken first and multiplied by the block's scale once.
+// INT4 experts (the int4 variant) stream int4_tiles.h's 16-row x 128-input tiles, a quarter of the bytes: a
+// warp's task is a row tile (16 rows) over a few groups, multiplied on tensor cores with every token of the
+// expert as a column (decode_int4.cuh), so T = 8 costs what T = 1 does.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -26,6 +29,8 @@
 #include "core/knobs.h"
 #include "cuda/bf16x8.cuh"
 #include "cuda/check.h"
+#include "cuda/decode_int4.cuh"
+#include "cuda/int4_tiles.h"
 #include "cuda/ops.h"
 #include "router_select.cuh"
 #include "swiglu.cuh"
@@ -41,6 +46,10 @@ constexpr int kUpSegChunks = 256;    // phase 1: 16-byte chunks of a weight row 
 constexpr int kDownSegChunks = 128;  // phase 2: 16-byte chunks of a down row per task (4 per lane)
 constexpr int kDownRows = 4;         // phase 2: down rows per task
 constexpr int kPartialFloats = 8192;  // phases 1 and 2 reduce through this many floats of shared memory
+constexpr int kInt4UpGroups = 4;      // INT4 phase 1: 128-input groups per task (16 loads of 16 bytes a lane)
+constexpr int kInt4DownLoads = 4;     // INT4 phase 2: groups in flight per task (8 loads of 16 bytes a lane)
+
+enum class Format { bf16, fp8, int4 };  // of the streamed expert weights
 
 struct DecodeParams {
   RouterParams router;
@@ -57,6 +66,10 @@ struct DecodeParams {
   // FP8 (DecodeWeights): e4m3 experts and their 128x128 block scales, read instead of the bf16 ones.
   const uint8_t *w13_fp8, *w2_fp8, *shared_w13_fp8, *shared_w2_fp8;
   const float *w13_scale, *w2_scale, *shared_w13_scale, *shared_w2_scale;
+  // INT4 (DecodeWeights): int4_tiles.h's tiles and scale_zero entries.
+  const uint8_t *w13_int4, *w2_int4, *shared_w13_int4, *shared_w2_int4;
+  const uint32_t *w13_sz, *w2_sz, *shared_w13_sz, *shared_w2_sz;
+  int down_groups;  // INT4 phase 2: 128-input groups per task
   bool shared_gated;
   int up_segs, down_segs;  // H split into up_segs segments (phase 1); max(I, S) into down_segs (phase 2)
   int prefetch_bytes;      // per block, at the second barrier
@@ -189,8 +202,129 @@ __device__ __forceinline__ int2 block_range(int64_t n) {
   return {static_cast<int>(n * blockIdx.x / gridDim.x), static_cast<int>(n * (blockIdx.x + 1) / gridDim.x)};
 }
 
-template <int MAXT, bool FP8>
+// INT4 phase 1's task (row, seg): the gate and up tiles of the 16 rows from `row` (routed rows are (entry, i),
+// then the shared expert's) over the groups of segment seg, and their scale_zero entries.
+struct Int4GateUp {
+  int entry, first, count;  // groups [first, first + count)
+  const uint8_t *gate, *up;  // the first group's tiles (the next groups follow)
+  const uint32_t *gate_sz, *up_sz;
+};
+
+__device__ __forceinline__ Int4GateUp int4_gate_up(const DecodeParams& p, int row, int seg, int64_t routed_rows,
+                                                   int D, const int* entry_expert) {
+  const int H = p.hidden, groups = H / static_cast<int>(kInt4Group);
+  const bool routed = row < routed_rows;
+  const int entry = routed ? row / p.I : D, i0 = routed ? row % p.I : row - static_cast<int>(routed_rows);
+  const int n = routed ? p.I : p.S;
+  const int64_t expert = routed ? entry_expert[entry] : 0;
+  const uint8_t* tiles = routed ? p.w13_int4 + expert * 2 * p.I * int64_t{H} / 2 : p.shared_w13_int4;
+  const uint32_t* sz = routed ? p.w13_sz + expert * 2 * p.I * int64_t{groups} : p.shared_w13_sz;
+  const int first = seg * kInt4UpGroups;
+  const int64_t gate_tile = int64_t{i0 / 16} * groups + first, up_tile = int64_t{(n + i0) / 16} * groups + first;
+  return {entry, first, min(kInt4UpGroups, groups - first), tiles + gate_tile * kInt4TileBytes,
+          tiles + up_tile * kInt4TileBytes, sz + gate_tile * kInt4TileRows, sz + up_tile * kInt4TileRows};
+}
+
+// INT4 phase 1: task `tiles`, every token of the entry a column. Writes the partial sums as the bf16 path does:
+// out_rows [16 rows][up_segs][MAXT tokens][gate, up], for the entry's tokens.
+template <int MAXT>
+__device__ __forceinline__ void gate_up_task_int4(const DecodeParams& p, const bf16* xs, float* out_rows,
+                                                  const Int4GateUp& tiles, int seg, const unsigned* entry_mask) {
+  const int lane = threadIdx.x % 32, r = lane / 4, c = lane % 4, H = p.hidden, T = p.T;
+  const int entry = tiles.entry, first = tiles.first, count = tiles.count;
+  uint4 g[kInt4UpGroups][2], u[kInt4UpGroups][2];
+#pragma unroll
+  for (int gi = 0; gi < kInt4UpGroups; ++gi) {
+    const uint8_t* gt = tiles.gate + gi * kInt4TileBytes + lane * 16;
+    const uint8_t* ut = tiles.up + gi * kInt4TileBytes + lane * 16;
+    const bool ok = gi < count;
+    g[gi][0] = ok ? load_stream(gt) : make_uint4(0, 0, 0, 0);
+    g[gi][1] = ok ? load_stream(gt + 512) : make_uint4(0, 0, 0, 0);
+    u[gi][0] = ok ? load_stream(ut) : make_uint4(0, 0, 0, 0);
+    u[gi][1] = ok ? load_stream(ut + 512) : make_uint4(0, 0, 0, 0);
+  }
+  const unsigned mask = entry_mask[entry];
+  const int token = lane / 4;  // this lane's B column
+  const bf16* x = token < T && ((mask >> token) & 1u) ? xs + token * H : nullptr;
+  float ga[4] = {}, ua[4] = {};
+#pragma unroll
+  for (int gi = 0; gi < kInt4UpGroups; ++gi) {
+    if (gi >= count) break;
+    const int group = first + gi;
+    const uint32_t* gs = tiles.gate_sz + gi * kInt4TileRows;
+    const uint32_t* us = tiles.up_sz + gi * kInt4TileRows;
+    const bf16* b = x != nullptr ? x + group * kInt4Group : nullptr;
+    int4_tile_mma(ga, g[gi][0], g[gi][1], __ldg(gs + r), __ldg(gs + r + 8), b, c);
+    int4_tile_mma(ua, u[gi][0], u[gi][1], __ldg(us + r), __ldg(us + r + 8), b, c);
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int tt = 0; tt < 2; ++tt) {
+      const int t = 2 * c + tt;
+      if (t >= T || !((mask >> t) & 1u)) continue;
+      float* out = out_rows + ((r + 8 * half) * p.up_segs + seg) * 2 * MAXT;
+      out[2 * t] = ga[2 * half + tt];
+      out[2 * t + 1] = ua[2 * half + tt];
+    }
+  }
+}
+
+// INT4 phase 2: down rows [h_first, h_first + 16) of entry `entry` over the groups of segment seg, every
+// token of the entry a column. Writes each token's partial sum where the bf16 path writes its slot's:
+// out_cols [16 columns][T][n_slots][down_segs].
+__device__ __forceinline__ void down_task_int4(const DecodeParams& p, float* out_cols, int per_column, int h_first,
+                                               int entry, int seg, int D, int n_slots, const int* entry_expert,
+                                               const unsigned* entry_mask, const int* slot_entry) {
+  const int lane = threadIdx.x % 32, r = lane / 4, c = lane % 4, H = p.hidden, T = p.T;
+  const bool routed = entry < D;
+  const int n = routed ? p.I : p.S, groups = n / static_cast<int>(kInt4Group);
+  const int64_t expert = routed ? entry_expert[entry] : 0;
+  const uint8_t* tiles = routed ? p.w2_int4 + expert * int64_t{H} * p.I / 2 : p.shared_w2_int4;
+  const uint32_t* sz = routed ? p.w2_sz + expert * int64_t{H} * (p.I / kInt4Group) : p.shared_w2_sz;
+  const int64_t row_tile = int64_t{h_first / 16} * groups;
+  const unsigned mask = entry_mask[entry];
+  const int token = lane / 4;
+  const bf16* act = token < T && ((mask >> token) & 1u)
+                        ? p.act + token * p.act_stride + (routed ? int64_t{entry} * p.I : int64_t{D} * p.I)
+                        : nullptr;
+  const int first = seg * p.down_groups, last = min(groups, first + p.down_groups);
+  float acc[4] = {};
+  for (int g0 = first; g0 < last; g0 += kInt4DownLoads) {
+    uint4 w[kInt4DownLoads][2];
+#pragma unroll
+    for (int gi = 0; gi < kInt4DownLoads; ++gi) {
+      const uint8_t* t = tiles + (row_tile + g0 + gi) * kInt4TileBytes + lane * 16;
+      const bool ok = g0 + gi < last;
+      w[gi][0] = ok ? load_stream(t) : make_uint4(0, 0, 0, 0);
+      w[gi][1] = ok ? load_stream(t + 512) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int gi = 0; gi < kInt4DownLoads; ++gi) {
+      const int group = g0 + gi;
+      if (group >= last) break;
+      const uint32_t* s = sz + (row_tile + group) * kInt4TileRows;
+      int4_tile_mma(acc, w[gi][0], w[gi][1], __ldg(s + r), __ldg(s + r + 8),
+                    act != nullptr ? act + group * kInt4Group : nullptr, c);
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int tt = 0; tt < 2; ++tt) {
+      const int t = 2 * c + tt;
+      if (t >= T || !((mask >> t) & 1u)) continue;
+      int j = 0;  // the token's slot of this entry (a token chooses an expert once)
+      while (j + 1 < n_slots && slot_entry[t * n_slots + j] != entry) ++j;
+      out_cols[(r + 8 * half) * per_column + (t * n_slots + j) * p.down_segs + seg] = acc[2 * half + tt];
+    }
+  }
+}
+
+template <int MAXT, Format F>
 static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const DecodeParams p) {
+  constexpr bool FP8 = F == Format::fp8, INT4 = F == Format::int4;
+  constexpr int kTaskRows = INT4 ? static_cast<int>(kInt4TileRows) : 1;  // weight rows of a task
   constexpr int VALS = FP8 ? 16 : 8;        // weight values per 16-byte chunk
   constexpr int64_t WBYTES = FP8 ? 1 : 2;  // bytes per weight value
   constexpr int kScaleBlock = 128;         // FP8: values per block side (fp8_block.cu)
@@ -359,17 +493,24 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
   // A task is one segment of a gate row and the matching up row; the block reduces segments in order.
   {
     const int64_t routed_rows = int64_t{D} * p.I, total_rows = routed_rows + p.S;
-    const int2 range = block_range(total_rows);
+    int2 range = block_range(total_rows / kTaskRows);  // INT4: whole row tiles
+    range.x *= kTaskRows;
+    range.y *= kTaskRows;
     const int row_chunks = H / VALS, seg_chunks = (row_chunks + p.up_segs - 1) / p.up_segs;
     const int h_blocks = (H + kScaleBlock - 1) / kScaleBlock;
     const auto* w13 = static_cast<const unsigned char*>(FP8 ? static_cast<const void*>(p.w13_fp8) : p.w13);
     const auto* shared_w13 =
         static_cast<const unsigned char*>(FP8 ? static_cast<const void*>(p.shared_w13_fp8) : p.shared_w13);
-    const int chunk_rows = kPartialFloats / (p.up_segs * 2 * MAXT);
+    const int chunk_rows = kPartialFloats / (p.up_segs * 2 * MAXT) / kTaskRows * kTaskRows;
     for (int c0 = range.x; c0 < range.y; c0 += chunk_rows) {
-      const int c1 = min(range.y, c0 + chunk_rows), tasks = (c1 - c0) * p.up_segs;
+      const int c1 = min(range.y, c0 + chunk_rows), tasks = (c1 - c0) / kTaskRows * p.up_segs;
       for (int task = warp; task < tasks; task += kWarps) {
-        const int row = c0 + task / p.up_segs, seg = task % p.up_segs;
+        const int row = c0 + task / p.up_segs * kTaskRows, seg = task % p.up_segs;
+        if constexpr (INT4) {
+          gate_up_task_int4<MAXT>(p, xs, scratch + (row - c0) * p.up_segs * 2 * MAXT,
+                                  int4_gate_up(p, row, seg, routed_rows, D, entry_expert), seg, entry_mask);
+          continue;
+        }
         const bool routed = row < routed_rows;
         const int entry = routed ? row / p.I : D, i = routed ? row % p.I : row - static_cast<int>(routed_rows);
         const int n = routed ? p.I : p.S;
@@ -465,11 +606,27 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
   // does not pause. NOTE: after the arrival (its release fence): issued before it, the barrier took 2.9 us
   // from the last arrival to the departure on Qwen3 T=1, now 1.7-2.0 (H200, 2026-11-30).
   const unsigned arrived = grid_barrier_arrive(p.barrier);
-  const int2 columns = block_range(H);
+  int2 columns = block_range(H / kTaskRows);  // INT4: whole row tiles of down
+  columns.x *= kTaskRows;
+  columns.y *= kTaskRows;
   const auto* w2 = static_cast<const unsigned char*>(FP8 ? static_cast<const void*>(p.w2_fp8) : p.w2);
   const auto* shared_w2 =
       static_cast<const unsigned char*>(FP8 ? static_cast<const void*>(p.shared_w2_fp8) : p.shared_w2);
-  {
+  if constexpr (INT4) {  // 1 KiB tiles: each entry's first groups of this block's row tiles, group by group
+    const int entries = D + (p.S > 0 ? 1 : 0);  // the shared expert's entry only where there is one
+    const int tiles = (columns.y - columns.x) / kTaskRows, items_per_group = tiles * entries;
+    const int max_groups = max(p.I, p.S) / static_cast<int>(kInt4Group);
+    const int items = min(items_per_group * max_groups, p.prefetch_bytes / static_cast<int>(kInt4TileBytes));
+    for (int idx = tid; idx < items; idx += kThreads) {
+      const int entry = idx % entries, tile = idx / entries % tiles, group = idx / items_per_group;
+      const bool routed = entry < D;
+      const int groups = (routed ? p.I : p.S) / static_cast<int>(kInt4Group);
+      if (group >= groups) continue;
+      const uint8_t* base = routed ? p.w2_int4 + int64_t{entry_expert[entry]} * H * p.I / 2 : p.shared_w2_int4;
+      prefetch_l2(base + ((int64_t{columns.x / kTaskRows} + tile) * groups + group) * kInt4TileBytes,
+                  static_cast<int>(kInt4TileBytes));
+    }
+  } else {
     const int per_column = T * n_slots;
     const int items = (columns.y - columns.x) * per_column;
     const int budget = p.prefetch_bytes / (WBYTES * max(p.I, 1));
@@ -492,11 +649,20 @@ static __global__ void __launch_bounds__(kThreads, 1) decode_layer_kernel(const 
   // of 1.5 KB a task left Qwen3's down phase at ~2.5 TB/s, latency-bound).
   {
     const int per_column = T * n_slots * p.down_segs;
-    const int chunk_columns = max(kDownRows, kPartialFloats / per_column / kDownRows * kDownRows);
+    const int chunk_columns = INT4 ? kPartialFloats / per_column / kTaskRows * kTaskRows
+                                   : max(kDownRows, kPartialFloats / per_column / kDownRows * kDownRows);
     for (int h0 = columns.x; h0 < columns.y; h0 += chunk_columns) {
       const int h1 = min(columns.y, h0 + chunk_columns);
-      const int tasks = (h1 - h0 + kDownRows - 1) / kDownRows * per_column;
+      const int entries = D + (p.S > 0 ? 1 : 0);
+      const int tasks = INT4 ? (h1 - h0) / kTaskRows * entries * p.down_segs
+                             : (h1 - h0 + kDownRows - 1) / kDownRows * per_column;
       for (int task = warp; task < tasks; task += kWarps) {
+        if constexpr (INT4) {  // (row tile, entry, segment)
+          const int group = task / (entries * p.down_segs), rest = task % (entries * p.down_segs);
+          down_task_int4(p, scratch + group * kTaskRows * per_column, per_column, h0 + group * kTaskRows,
+                         rest / p.down_segs, rest % p.down_segs, D, n_slots, entry_expert, entry_mask, slot_entry);
+          continue;
+        }
         const int group = task / per_column, rest = task % per_column;
         const int slot = rest / p.down_segs, seg = rest % p.down_segs;
         const int t = slot / n_slots, entry = slot_entry[slot];
@@ -596,11 +762,11 @@ int router_parts(int64_t gate_rows) {
   return static_cast<int>(std::clamp<int64_t>(device_limits().sms / gate_rows, 1, 32));
 }
 
-template <int MAXT, bool FP8>
+template <int MAXT, Format F>
 void launch(const DecodeParams& p, cudaStream_t stream) {
   const size_t smem = dynamic_smem_bytes<MAXT>(p);
   // NOTE: the limit is the most a block may take, whatever this launch's size.
-  raise_shared_memory_once<decode_layer_kernel<MAXT, FP8>>(device_limits().smem_optin - (24 << 10));
+  raise_shared_memory_once<decode_layer_kernel<MAXT, F>>(device_limits().smem_optin - (24 << 10));
   cudaLaunchAttribute attributes[2]{};
   attributes[0].id = cudaLaunchAttributeCooperative;  // the grid barriers need every block resident
   attributes[0].val.cooperative = 1;
@@ -613,7 +779,7 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
   config.stream = stream;
   config.attrs = attributes;
   config.numAttrs = 2;
-  MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layer_kernel<MAXT, FP8>, p));
+  MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_layer_kernel<MAXT, F>, p));
 }
 
 unsigned long long* g_trace = nullptr;  // decode_trace: the stamps of traced launches
@@ -627,7 +793,7 @@ int64_t decode_prefetch_bytes() {
 
 }  // namespace
 
-int64_t decode_token_limit(const routing::RouterConfig& c, int64_t hidden, int64_t gate_rows) {
+int64_t decode_token_limit(const routing::RouterConfig& c, int64_t hidden, int64_t gate_rows, bool int4) {
   decode_prefetch_bytes();
   if (c.n_experts > kMaxExperts || c.top_k > kMaxTopK || c.n_group > 32 || hidden % 8 != 0) return 0;
   // NOTE: 2 is measured on the H200 (2026-11-29): the fused path beats
@@ -635,7 +801,7 @@ int64_t decode_token_limit(const routing::RouterConfig& c, int64_t hidden, int64
   // against the chain's tensor cores once experts see several tokens). MOE_DECODE_MAX_TOKENS overrides it
   // (0 turns the fused path off) for measuring both paths on one machine.
   static_assert(kDecodeMaxTokens == kDecodeMaxTokensMax, "MOE_DECODE_MAX_TOKENS's range (core/knobs.h)");
-  int64_t limit = Knobs::from_env().decode_max_tokens.value_or(2);
+  int64_t limit = Knobs::from_env().decode_max_tokens.value_or(int4 ? kDecodeMaxTokens : 2);
   const size_t router_floats = size_t(gate_rows + 2 * c.n_experts);
   while (limit > 0 && (size_t{2} * limit * hidden + 16 + std::max<size_t>(4 * limit * router_floats, 4 * kPartialFloats) +
                        (24u << 10)) > static_cast<size_t>(device_limits().smem_optin))
@@ -667,6 +833,14 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
                                                             w.shared_intermediate % 16 == 0))),
                    "the fused decode path's fp8 experts need every fp8 weight and scale (the shared expert's too) "
                    "and sizes that are multiples of 16");
+  const bool int4 = w.w13_int4 != nullptr;
+  MOE_CUDA_REQUIRE(!int4 || (!fp8 && w.w13_scale_zero && w.w2_int4 && w.w2_scale_zero && hidden % kInt4Group == 0 &&
+                             w.intermediate % kInt4Group == 0 &&
+                             (w.shared_intermediate == 0 ||
+                              (w.shared_w13_int4 && w.shared_w13_scale_zero && w.shared_w2_int4 &&
+                               w.shared_w2_scale_zero && w.shared_intermediate % kInt4Group == 0))),
+                   "the fused decode path's int4 experts need every int4 tile and scale (the shared expert's too) "
+                   "and sizes that are multiples of 128");
   if (n_tokens == 0) return;
   DecodeParams p{};
   p.router = {.method = c.method, .n_experts = c.n_experts, .top_k = c.top_k, .n_group = c.n_group,
@@ -694,11 +868,39 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
   p.w2_scale = w.w2_scale;
   p.shared_w13_scale = w.shared_w13_scale;
   p.shared_w2_scale = w.shared_w2_scale;
-  const int64_t chunk_values = fp8 ? 16 : 8;  // weight values per 16-byte chunk
-  p.up_segs = static_cast<int>((hidden / chunk_values + kUpSegChunks - 1) / kUpSegChunks);
-  p.down_segs = static_cast<int>(
-      (std::max(w.intermediate, w.shared_intermediate) / chunk_values + kDownSegChunks - 1) / kDownSegChunks);
-  MOE_CUDA_REQUIRE(int64_t{kDownRows} * n_tokens * (c.top_k + 1) * p.down_segs <= kPartialFloats,
+  p.w13_int4 = w.w13_int4;
+  p.w2_int4 = w.w2_int4;
+  p.shared_w13_int4 = w.shared_w13_int4;
+  p.shared_w2_int4 = w.shared_w2_int4;
+  p.w13_sz = w.w13_scale_zero;
+  p.w2_sz = w.w2_scale_zero;
+  p.shared_w13_sz = w.shared_w13_scale_zero;
+  p.shared_w2_sz = w.shared_w2_scale_zero;
+  const int64_t n_slots = c.top_k + (w.shared_intermediate > 0 ? 1 : 0);
+  const int64_t max_t = n_tokens == 1 ? 1 : n_tokens == 2 ? 2 : n_tokens <= 4 ? 4 : 8;  // the kernel's MAXT
+  int64_t task_rows = kDownRows;  // rows of a phase-2 task
+  if (int4) {
+    // Phase 1: kInt4UpGroups groups a task; phase 2: as few segments as fill the reduction's shared memory
+    // with 16 columns a chunk, of at least kInt4DownLoads groups (loads in flight).
+    const int64_t groups = hidden / kInt4Group;
+    const int64_t down_groups = std::max(w.intermediate, w.shared_intermediate) / kInt4Group;
+    p.up_segs = static_cast<int>((groups + kInt4UpGroups - 1) / kInt4UpGroups);
+    const int64_t max_segs = std::max<int64_t>(1, kPartialFloats / (kInt4TileRows * n_tokens * n_slots));
+    p.down_groups = static_cast<int>(
+        std::max<int64_t>(kInt4DownLoads, (down_groups + max_segs - 1) / max_segs));
+    p.down_segs = static_cast<int>((down_groups + p.down_groups - 1) / p.down_groups);
+    task_rows = kInt4TileRows;
+    MOE_CUDA_REQUIRE(kInt4TileRows * p.up_segs * 2 * max_t <= kPartialFloats,
+                     "the fused decode path's int4 gate+up phase cannot reduce a hidden size of " +
+                         std::to_string(hidden) + " for " + std::to_string(n_tokens) +
+                         " tokens in shared memory: lower MOE_DECODE_MAX_TOKENS");
+  } else {
+    const int64_t chunk_values = fp8 ? 16 : 8;  // weight values per 16-byte chunk
+    p.up_segs = static_cast<int>((hidden / chunk_values + kUpSegChunks - 1) / kUpSegChunks);
+    p.down_segs = static_cast<int>(
+        (std::max(w.intermediate, w.shared_intermediate) / chunk_values + kDownSegChunks - 1) / kDownSegChunks);
+  }
+  MOE_CUDA_REQUIRE(task_rows * n_tokens * n_slots * p.down_segs <= kPartialFloats,
                    "the fused decode path's down phase cannot reduce " + std::to_string(n_tokens) +
                        " tokens of k = " + std::to_string(c.top_k) + " in shared memory: lower MOE_DECODE_MAX_TOKENS");
   p.prefetch_bytes = static_cast<int>(decode_prefetch_bytes());
@@ -712,14 +914,15 @@ void decode_layer(const routing::RouterConfig& c, const DecodeWeights& w, int64_
   p.topk_ids = topk_ids;
   p.topk_weights = topk_weights;
   p.trace = g_trace;
-  const auto run = [&]<bool FP8>() {
-    if (n_tokens == 1) launch<1, FP8>(p, stream);
-    else if (n_tokens == 2) launch<2, FP8>(p, stream);
-    else if (n_tokens <= 4) launch<4, FP8>(p, stream);
-    else launch<8, FP8>(p, stream);
+  const auto run = [&]<Format F>() {
+    if (n_tokens == 1) launch<1, F>(p, stream);
+    else if (n_tokens == 2) launch<2, F>(p, stream);
+    else if (n_tokens <= 4) launch<4, F>(p, stream);
+    else launch<8, F>(p, stream);
   };
-  if (fp8) run.template operator()<true>();
-  else run.template operator()<false>();
+  if (int4) run.template operator()<Format::int4>();
+  else if (fp8) run.template operator()<Format::fp8>();
+  else run.template operator()<Format::bf16>();
 }
 
 void decode_trace(bool on) {

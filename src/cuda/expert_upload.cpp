@@ -81,4 +81,21 @@ Fp8Mlps quantize_mlps_fp8(const DeviceBuffer<bf16>& w13, const DeviceBuffer<bf16
   return q;
 }
 
+Int4Mlps quantize_mlps_int4(const DeviceBuffer<bf16>& w13, const DeviceBuffer<bf16>& w2, int64_t mlps, int64_t H,
+                            int64_t I) {
+  MOE_CHECK(H % 128 == 0 && I % 128 == 0, "int4 experts on the GPU need hidden and intermediate sizes that are "
+            "multiples of 128, got {} and {}", H, I);
+  Int4Mlps q{.w13 = DeviceBuffer<uint8_t>(w13.size() / 2), .w2 = DeviceBuffer<uint8_t>(w2.size() / 2),
+             .w13_scale_zero = DeviceBuffer<uint32_t>(w13.size() / 128),
+             .w2_scale_zero = DeviceBuffer<uint32_t>(w2.size() / 128)};
+  DeviceBuffer<int> non_finite(1);
+  MOE_CUDA_CHECK(cudaMemset(non_finite.get(), 0, sizeof(int)));
+  quantize_int4_tiles(w13.get(), mlps * 2 * I, H, q.w13.get(), q.w13_scale_zero.get(), non_finite.get(), nullptr);
+  quantize_int4_tiles(w2.get(), mlps * H, I, q.w2.get(), q.w2_scale_zero.get(), non_finite.get(), nullptr);
+  int bad = 0;
+  MOE_CUDA_CHECK(cudaMemcpy(&bad, non_finite.get(), sizeof(int), cudaMemcpyDeviceToHost));
+  MOE_CHECK(bad == 0, "an expert weight holds a NaN or an Inf: it cannot be quantised to int4 (check the checkpoint)");
+  return q;
+}
+
 }  // namespace moe::cuda

@@ -38,4 +38,16 @@ struct Fp8Mlps {
 Fp8Mlps quantize_mlps_fp8(const DeviceBuffer<bf16>& w13, const DeviceBuffer<bf16>& w2, int64_t mlps, int64_t H,
                           int64_t I);
 
+// INT4 copies of uploaded MLPs, in the layout DecodeWeights takes (int4_tiles.h): w13 quantised as one
+// [mlps * 2I, H] matrix, w2 as [mlps * H, I], one scale and zero point per row and 128 inputs, by
+// quant/int4_awq.h's round-to-nearest (quantize_int4_tiles). H and I multiples of 128. Throws moe::Error where
+// a weight holds a NaN or an Inf. Synchronises.
+struct Int4Mlps {
+  DeviceBuffer<uint8_t> w13, w2;
+  DeviceBuffer<uint32_t> w13_scale_zero, w2_scale_zero;
+  size_t bytes() const { return w13.size() + w2.size() + 4 * (w13_scale_zero.size() + w2_scale_zero.size()); }
+};
+Int4Mlps quantize_mlps_int4(const DeviceBuffer<bf16>& w13, const DeviceBuffer<bf16>& w2, int64_t mlps, int64_t H,
+                            int64_t I);
+
 }  // namespace moe::cuda

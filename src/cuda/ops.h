@@ -197,6 +197,14 @@ void quantize_fp8_block(const bf16* w, int64_t mats, int64_t rows, int64_t cols,
 void quantize_rows_fp8(const bf16* x, int64_t rows, int64_t cols, uint8_t* values, float* scales,
                        cudaStream_t stream);
 
+// ---- int4_group.cu ---------------------------------------------------------------------------------
+// quant/int4_awq.h's quantize_awq_int4 on the device, bit for bit (the same q, zero points and f16 scales),
+// into int4_tiles.h's layout: w [rows, cols] bf16 (rows a multiple of 16, cols of 128) -> values
+// [rows * cols / 2] bytes and scale_zero [rows * cols / 128]. *non_finite is set to 1 where a group holds a
+// NaN or an Inf (and left alone otherwise).
+void quantize_int4_tiles(const bf16* w, int64_t rows, int64_t cols, uint8_t* values, uint32_t* scale_zero,
+                         int* non_finite, cudaStream_t stream);
+
 // ---- decode.cu -------------------------------------------------------------------------------------
 // The fused decode path: the whole layer for up to kDecodeMaxTokens tokens in one persistent launch (one
 // block per SM, grid-wide barriers between its phases): router GEMV (fp32, as router_fused) and top-k of
@@ -229,6 +237,17 @@ struct DecodeWeights {
   const float* shared_w13_scale = nullptr;
   const uint8_t* shared_w2_fp8 = nullptr;
   const float* shared_w2_scale = nullptr;
+  // INT4 experts (int4_tiles.h's layout: w13 as one [E * 2I, H] matrix, w2 as [E * H, I], the shared ones
+  // [2S, H] and [H, S]), streamed instead of w13 / w2 where w13_int4 is set (and then the shared expert's
+  // too), multiplied on tensor cores (m16n8k16, bf16 activations: W4A16). H, I and S multiples of 128.
+  const uint8_t* w13_int4 = nullptr;
+  const uint32_t* w13_scale_zero = nullptr;
+  const uint8_t* w2_int4 = nullptr;
+  const uint32_t* w2_scale_zero = nullptr;
+  const uint8_t* shared_w13_int4 = nullptr;
+  const uint32_t* shared_w13_scale_zero = nullptr;
+  const uint8_t* shared_w2_int4 = nullptr;
+  const uint32_t* shared_w2_scale_zero = nullptr;
 };
 
 struct DecodeScratch {
@@ -241,8 +260,10 @@ struct DecodeScratch {
 };
 
 // The most tokens the fused path is used for on this device and model (0: not supported), from the
-// measured threshold (MOE_DECODE_MAX_TOKENS in the environment overrides it; 0 turns the path off).
-int64_t decode_token_limit(const routing::RouterConfig& config, int64_t hidden, int64_t gate_rows);
+// measured threshold (MOE_DECODE_MAX_TOKENS in the environment overrides it; 0 turns the path off). int4
+// experts: up to kDecodeMaxTokens (their tensor-core tiles take 8 tokens for the time of one, and no other
+// kernel reads them).
+int64_t decode_token_limit(const routing::RouterConfig& config, int64_t hidden, int64_t gate_rows, bool int4 = false);
 int64_t decode_act_stride(const routing::RouterConfig& config, int64_t intermediate, int64_t shared_intermediate,
                           int64_t max_tokens);
 int64_t decode_logit_parts(int64_t gate_rows, int64_t max_tokens);

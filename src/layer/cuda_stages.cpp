@@ -101,6 +101,10 @@ struct CudaLayerState {
   cuda::Fp8Mlps experts_fp8, shared_fp8;
   DeviceBuffer<uint8_t> x_fp8, act_fp8, shared_act_fp8;
   DeviceBuffer<float> x_scale, act_scale, shared_act_scale;
+  // config.quant awq_int4: int4 copies of the experts (int4_tiles.h), which the fused decode path streams
+  // (W4A16, up to kDecodeMaxTokens tokens); larger batches run the bf16 experts.
+  bool int4 = false;
+  cuda::Int4Mlps experts_int4, shared_int4;
 
   CudaLayerState(const MoeConfig& config, const MoeWeights& weights, CudaLayerOptions options);
 
@@ -194,8 +198,16 @@ CudaLayerState::CudaLayerState(const MoeConfig& config_in, const MoeWeights& wei
     shared_act = DeviceBuffer<bf16>(Tm * S);
     shared_out = DeviceBuffer<bf16>(Tm * H);
   }
+  // config.quant awq_int4 with 128-input groups: int4 copies for the fused decode path (sizes of whole groups).
+  int4 = config.quant.method == quant::QuantMethod::awq_int4 && config.quant.group_size == 128 && H % 128 == 0 &&
+         I % 128 == 0 && S % 128 == 0 && options.paradigm == Paradigm::contiguous;
   if (options.paradigm == Paradigm::contiguous)
-    decode_limit = std::min(Tm, cuda::decode_token_limit(config.router, H, router_rows));
+    decode_limit = std::min(Tm, cuda::decode_token_limit(config.router, H, router_rows, int4));
+  if (decode_limit == 0) int4 = false;
+  if (int4) {
+    experts_int4 = cuda::quantize_mlps_int4(w13, w2, E, H, I);
+    if (S > 0) shared_int4 = cuda::quantize_mlps_int4(shared_w13, shared_w2, 1, H, S);
+  }
   if (decode_limit > 0) {
     decode.act_stride = cuda::decode_act_stride(config.router, I, S, decode_limit);
     decode_logits = DeviceBuffer<float>(cuda::decode_logit_parts(router_rows, decode_limit));
@@ -232,9 +244,10 @@ CudaLayerState::CudaLayerState(const MoeConfig& config_in, const MoeWeights& wei
 
 std::string CudaLayerState::describe_path(int64_t n_tokens) const {
   const RoutedPath p = path(n_tokens);
-  if (p.decode) return fp8 ? "fused decode kernel, fp8 experts" : "fused decode kernel";
-  const std::string chooser =
-      std::string(p.plan.tuned ? "tuned table" : "policy") + (p.fp8 ? ", fp8 experts" : fp8 ? ", bf16 experts" : "");
+  if (p.decode)
+    return fp8 ? "fused decode kernel, fp8 experts" : int4 ? "fused decode kernel, int4 experts" : "fused decode kernel";
+  const std::string chooser = std::string(p.plan.tuned ? "tuned table" : "policy") +
+                              (p.fp8 ? ", fp8 experts" : fp8 || int4 ? ", bf16 experts" : "");
   if (!p.wgmma) return "mma.sync grouped GEMMs, " + std::to_string(p.tile_rows) + "-row tiles (" + chooser + ")";
   const cuda::WgmmaSchedule up = cuda::wgmma_schedule_for(p.rows, E, true, H, p.plan.staged_gate_up);
   const cuda::WgmmaSchedule down = cuda::wgmma_schedule_for(p.rows, E, false, I, p.plan.staged_down);
@@ -522,7 +535,15 @@ class CudaDecode final : public FusedLayer {
                                       .shared_w13_fp8 = s.shared_fp8.w13.get(),
                                       .shared_w13_scale = s.shared_fp8.w13_scale.get(),
                                       .shared_w2_fp8 = s.shared_fp8.w2.get(),
-                                      .shared_w2_scale = s.shared_fp8.w2_scale.get()};
+                                      .shared_w2_scale = s.shared_fp8.w2_scale.get(),
+                                      .w13_int4 = s.experts_int4.w13.get(),
+                                      .w13_scale_zero = s.experts_int4.w13_scale_zero.get(),
+                                      .w2_int4 = s.experts_int4.w2.get(),
+                                      .w2_scale_zero = s.experts_int4.w2_scale_zero.get(),
+                                      .shared_w13_int4 = s.shared_int4.w13.get(),
+                                      .shared_w13_scale_zero = s.shared_int4.w13_scale_zero.get(),
+                                      .shared_w2_int4 = s.shared_int4.w2.get(),
+                                      .shared_w2_scale_zero = s.shared_int4.w2_scale_zero.get()};
     cuda::decode_layer(s.config.router, weights, s.H, static_cast<const bf16*>(x.data()), x.size(0), s.decode,
                        out.data_as<float>(), topk.ids.data_as<int32_t>(), topk.weights.data_as<float>(),
                        cuda_stream(stream));
@@ -556,7 +577,8 @@ LayerStages make_cuda_stages(const MoeConfig& config, const MoeWeights& weights,
   stages.describe_path = [state](int64_t n_tokens) { return state->describe_path(n_tokens); };
   stages.weight_bytes = static_cast<int64_t>(
       (state->w13.size() + state->w2.size() + state->shared_w13.size() + state->shared_w2.size()) * sizeof(bf16) +
-      state->experts_fp8.bytes() + state->shared_fp8.bytes());
+      state->experts_fp8.bytes() + state->shared_fp8.bytes() + state->experts_int4.bytes() +
+      state->shared_int4.bytes());
   stages.max_tokens = options.max_tokens;
   stages.host_forward = make_cuda_host_path(config, options.max_tokens);
   return stages;
